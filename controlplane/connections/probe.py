@@ -1,0 +1,76 @@
+"""Really connecting to a connection's target: the `POST /api/connections/{name}/test/` check."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import psycopg
+from kafka import KafkaConsumer
+
+from controlplane.redaction import redact
+from jobs.connections import kafka_client_config, postgres_conninfo
+
+from .models import Connection
+
+
+@dataclass
+class ProbeResult:
+    ok: bool
+    latency_ms: float
+    detail: str
+    topics: list[str] | None = None
+    server_version: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        out = {"ok": self.ok, "latency_ms": round(self.latency_ms, 1), "detail": self.detail}
+        if self.topics is not None:
+            out["topics"] = self.topics
+        if self.server_version is not None:
+            out["server_version"] = self.server_version
+        return out
+
+
+def probe(connection: Connection, timeout: float) -> ProbeResult:
+    secrets = connection.get_secrets()
+    started = time.monotonic()
+    try:
+        if connection.kind == "kafka":
+            result = _probe_kafka(connection.settings, secrets, timeout)
+        else:
+            result = _probe_postgres(connection.settings, secrets, timeout)
+    except Exception as exc:  # any failure to reach the target is the answer, not a 500
+        message = f"{type(exc).__name__}: {exc}".strip()
+        return ProbeResult(False, _ms(started), redact(message, secrets.values()))
+    result.latency_ms = _ms(started)
+    return result
+
+
+def _ms(started: float) -> float:
+    return (time.monotonic() - started) * 1000
+
+
+def _probe_kafka(settings: dict, secrets: dict, timeout: float) -> ProbeResult:
+    timeout_ms = int(timeout * 1000)
+    consumer = KafkaConsumer(
+        **kafka_client_config(settings, secrets),
+        request_timeout_ms=timeout_ms,
+        bootstrap_timeout_ms=timeout_ms,
+        connections_max_idle_ms=timeout_ms + 1000,
+        enable_auto_commit=False,
+    )
+    try:
+        topics = sorted(consumer.topics())
+    finally:
+        consumer.close()
+    return ProbeResult(True, 0, f"reached the cluster; {len(topics)} topic(s)", topics=topics)
+
+
+def _probe_postgres(settings: dict, secrets: dict, timeout: float) -> ProbeResult:
+    kwargs = postgres_conninfo(settings, secrets)
+    with psycopg.connect(**kwargs, connect_timeout=max(1, round(timeout))) as conn:
+        conn.execute("SELECT set_config('statement_timeout', %s, false)", (str(int(timeout * 1000)),))
+        (one,) = conn.execute("SELECT 1").fetchone()
+        version = conn.execute("SHOW server_version").fetchone()[0]
+    return ProbeResult(one == 1, 0, "SELECT 1 succeeded", server_version=version)

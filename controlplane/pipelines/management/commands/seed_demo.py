@@ -1,0 +1,76 @@
+"""Create the demo connections and pipeline for the embedded stack, if they are missing."""
+
+from __future__ import annotations
+
+import os
+
+from django.core.management.base import BaseCommand, CommandError
+
+from controlplane.connections.models import Connection
+from controlplane.pipelines import services
+from controlplane.pipelines.models import Pipeline
+from jobs.connections import validate_connection
+from jobs.spec import SpecError
+
+DEMO_PIPELINE = "demo-deliveries"
+DEMO_SPEC = {
+    "source": {
+        "kind": "kafka",
+        "connection": "local-kafka",
+        "topics": ["deliveries"],
+        "format": "json",
+        "schema": "delivery_id STRING, courier_id STRING, status STRING, lat DOUBLE, "
+        "lon DOUBLE, event_time TIMESTAMP",
+        "starting_offsets": "earliest",
+        "max_records_per_batch": 200000,
+    },
+    "transform": {
+        "sql": "SELECT delivery_id, courier_id, status, lat, lon, event_time FROM source "
+        "WHERE delivery_id IS NOT NULL"
+    },
+    "sink": {
+        "kind": "postgres",
+        "connection": "local-postgres",
+        "table": "delivery_status",
+        "mode": "upsert",
+        "key": ["delivery_id"],
+    },
+    "trigger": {"interval_seconds": 1},
+    "restart_policy": {"kind": "exponential-delay"},
+}
+
+
+class Command(BaseCommand):
+    help = "Create the demo connections (local-kafka, local-postgres) and pipeline if missing."
+
+    def handle(self, *args, **_):
+        try:
+            self._connection(
+                "local-kafka",
+                "kafka",
+                {"bootstrap_servers": os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:59092")},
+            )
+            self._connection(
+                "local-postgres",
+                "postgres",
+                {"dsn": os.environ.get("CONTROLPLANE_SINK_DATABASE_URL", "")},
+            )
+            if not Pipeline.objects.filter(name=DEMO_PIPELINE).exists():
+                services.create_pipeline(
+                    name=DEMO_PIPELINE,
+                    spec_data=DEMO_SPEC,
+                    description="Courier delivery status events from Kafka into Postgres.",
+                )
+                self.stdout.write(f"  Demo pipeline:  {DEMO_PIPELINE} (created)")
+            else:
+                self.stdout.write(f"  Demo pipeline:  {DEMO_PIPELINE} (exists)")
+        except SpecError as exc:
+            raise CommandError(f"demo definitions are invalid: {exc}") from None
+
+    def _connection(self, name: str, kind: str, settings: dict) -> None:
+        if Connection.objects.filter(name=name).exists():
+            return
+        clean, secrets = validate_connection(kind, settings, {})
+        connection = Connection(name=name, kind=kind, settings=clean, description="embedded dev stack")
+        connection.set_secrets(secrets)
+        connection.save()

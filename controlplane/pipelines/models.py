@@ -1,0 +1,108 @@
+"""Pipeline definitions: desired state lives here, and every spec ever accepted is kept."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from controlplane.connections.models import NAME_VALIDATOR, Connection
+
+
+class DesiredState(models.TextChoices):
+    RUNNING = "running", "Running"
+    STOPPED = "stopped", "Stopped"
+    SUSPENDED = "suspended", "Suspended"
+
+
+class Status(models.TextChoices):
+    """What the control plane observes (set by the reconciler, never by an API client)."""
+
+    STARTING = "starting", "Starting"
+    RUNNING = "running", "Running"
+    RESTARTING = "restarting", "Restarting"
+    BACKING_OFF = "backing-off", "Backing off"
+    STOPPING = "stopping", "Stopping"
+    STOPPED = "stopped", "Stopped"
+    SUSPENDED = "suspended", "Suspended"
+    FAILED = "failed", "Failed"
+
+    @classmethod
+    def terminal(cls) -> set[str]:
+        """States in which no driver process exists or is being started."""
+        return {cls.STOPPED, cls.SUSPENDED, cls.FAILED}
+
+
+class Pipeline(models.Model):
+    """A streaming pipeline: its current spec (canonical JSON), version and desired state."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[NAME_VALIDATOR])
+    description = models.TextField(blank=True)
+    spec = models.JSONField(help_text="Current spec, canonical form (all defaults spelled out).")
+    version = models.PositiveIntegerField(default=1)
+    desired_state = models.CharField(
+        max_length=16, choices=DesiredState.choices, default=DesiredState.STOPPED
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.STOPPED)
+    connections = models.ManyToManyField(
+        Connection, through="PipelineConnection", related_name="pipelines", blank=True
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [models.Index(fields=["desired_state", "status"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class PipelineVersion(models.Model):
+    """An accepted spec, kept forever: what ran when, and what to roll back to."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField()
+    spec = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["pipeline", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["pipeline", "version"], name="one_row_per_version")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pipeline.name} v{self.version}"
+
+
+class PipelineConnection(models.Model):
+    """Which connections a pipeline's current spec uses; PROTECT keeps them from vanishing."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE)
+    connection = models.ForeignKey(Connection, on_delete=models.PROTECT)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["pipeline", "connection"], name="one_row_per_use")
+        ]
+
+
+class ReconcilerState(models.Model):
+    """One row: when the reconcile tick last ran, so operators can see the scheduler is alive."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    last_tick_at = models.DateTimeField(null=True)
+    ticks = models.PositiveBigIntegerField(default=0)
+    last_summary = models.JSONField(default=dict)
+
+    def __str__(self) -> str:
+        return f"reconciler (last tick {self.last_tick_at})"

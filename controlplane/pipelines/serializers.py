@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from .models import DesiredState, Pipeline, PipelineVersion, Status
+
+
+class PipelineSerializer(serializers.ModelSerializer):
+    """A pipeline definition. `spec` is validated as a whole by `jobs.spec.parse_spec`.
+
+    `version` is read-only, but may be sent back on PUT/PATCH as a precondition: if the pipeline
+    has moved on since, the write is refused with 409 instead of overwriting someone's change.
+    """
+
+    url = serializers.HyperlinkedIdentityField(view_name="api:pipeline-detail", lookup_field="name")
+    spec = serializers.JSONField(help_text="Pipeline spec v1 (see docs/spec.md).")
+    version = serializers.IntegerField(
+        required=False, min_value=1, help_text="Increases with every spec change."
+    )
+    desired_state = serializers.ChoiceField(
+        choices=DesiredState.choices, default=DesiredState.STOPPED
+    )
+    status = serializers.ChoiceField(choices=Status.choices, read_only=True)
+
+    class Meta:
+        model = Pipeline
+        fields = [
+            "url",
+            "name",
+            "description",
+            "spec",
+            "version",
+            "desired_state",
+            "status",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["created_at", "updated_at", "status"]
+
+    def validate_name(self, value: str) -> str:
+        if self.instance is not None and value != self.instance.name:
+            raise serializers.ValidationError("a pipeline cannot be renamed")
+        return value
+
+
+class PipelineVersionSerializer(serializers.ModelSerializer):
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = PipelineVersion
+        fields = ["version", "spec", "created_at", "created_by"]

@@ -1,0 +1,128 @@
+"""Creating and changing pipeline definitions.
+
+Every write is a conditional update on the version the caller read, so two operators (or an
+operator and a script) editing one pipeline at once cannot silently overwrite each other: the
+second gets a conflict and re-reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from controlplane.connections.models import Connection
+from jobs.spec import FieldError, PipelineSpec, SpecError, parse_spec
+
+from .models import Pipeline, PipelineConnection, PipelineVersion
+
+
+class Conflict(Exception):
+    """The pipeline changed since the caller read it (or another write won a race)."""
+
+
+def known_connections() -> dict[str, str]:
+    return dict(Connection.objects.values_list("name", "kind"))
+
+
+def validate(spec_data: Any) -> PipelineSpec:
+    """The typed spec, checked against the connections that exist now; raises SpecError."""
+    return parse_spec(spec_data, connections=known_connections())
+
+
+def _link_connections(pipeline: Pipeline, spec: PipelineSpec) -> None:
+    names = spec.connection_names()
+    connections = list(Connection.objects.select_for_update().filter(name__in=names))
+    if len(connections) != len(names):
+        # Deleted between validation and now: report it like any other bad reference.
+        missing = names - {c.name for c in connections}
+        raise SpecError(
+            [_missing_connection_error(spec, name) for name in sorted(missing)]
+        )
+    PipelineConnection.objects.filter(pipeline=pipeline).exclude(connection__in=connections).delete()
+    for connection in connections:
+        PipelineConnection.objects.get_or_create(pipeline=pipeline, connection=connection)
+
+
+def _missing_connection_error(spec: PipelineSpec, name: str) -> FieldError:
+    where = "source.connection" if spec.source.connection == name else "sink.connection"
+    return FieldError(where, f"no connection named {name!r}")
+
+
+def create_pipeline(
+    *,
+    name: str,
+    spec_data: Any,
+    user=None,
+    description: str = "",
+    desired_state: str = "stopped",
+) -> Pipeline:
+    spec = validate(spec_data)
+    canonical = spec.to_dict()
+    try:
+        with transaction.atomic():
+            pipeline = Pipeline.objects.create(
+                name=name,
+                description=description,
+                spec=canonical,
+                version=1,
+                desired_state=desired_state,
+                created_by=user,
+                updated_by=user,
+            )
+            PipelineVersion.objects.create(
+                pipeline=pipeline, version=1, spec=canonical, created_by=user
+            )
+            _link_connections(pipeline, spec)
+    except IntegrityError:
+        raise Conflict(f"a pipeline named {name!r} already exists") from None
+    return pipeline
+
+
+def update_pipeline(
+    pipeline: Pipeline,
+    *,
+    user=None,
+    spec_data: Any = None,
+    description: str | None = None,
+    desired_state: str | None = None,
+    expected_version: int | None = None,
+) -> Pipeline:
+    """Apply the given changes; a changed spec becomes a new version, an identical one does not.
+
+    `expected_version` defaults to the version of the `pipeline` object passed in, i.e. the
+    one the caller read.
+    """
+    expected = pipeline.version if expected_version is None else expected_version
+    spec = validate(spec_data) if spec_data is not None else None
+    with transaction.atomic():
+        current = Pipeline.objects.select_for_update().get(pk=pipeline.pk)
+        if current.version != expected:
+            raise Conflict(
+                f"pipeline {pipeline.name!r} is at version {current.version}, not {expected}; "
+                "re-read it and apply your change again"
+            )
+        changes: dict[str, Any] = {"updated_by": user, "updated_at": timezone.now()}
+        if description is not None:
+            changes["description"] = description
+        if desired_state is not None:
+            changes["desired_state"] = desired_state
+        new_version = current.version
+        if spec is not None and spec.to_dict() != current.spec:
+            new_version = current.version + 1
+            changes["spec"] = spec.to_dict()
+            changes["version"] = F("version") + 1
+            PipelineVersion.objects.create(
+                pipeline=current, version=new_version, spec=changes["spec"], created_by=user
+            )
+            _link_connections(current, spec)
+        # Conditional on the version read above: exactly one row, or somebody else won.
+        updated = Pipeline.objects.filter(pk=current.pk, version=current.version).update(
+            **changes
+        )
+        if updated != 1:
+            raise Conflict(f"pipeline {pipeline.name!r} changed while it was being updated")
+    pipeline.refresh_from_db()
+    return pipeline

@@ -1,0 +1,22 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.routers import DefaultRouter
+
+from controlplane.connections.views import ConnectionViewSet
+from controlplane.pipelines.views import PipelineViewSet
+
+router = DefaultRouter()
+router.register("connections", ConnectionViewSet, basename="connection")
+router.register("pipelines", PipelineViewSet, basename="pipeline")
+
+api_patterns = [
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    *router.urls,
+]
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/", include((api_patterns, "api"))),
+    path("", include("controlplane.pipelines.urls")),
+]

@@ -1,0 +1,120 @@
+"""Pipeline spec v1: the typed form of a pipeline definition.
+
+Shared by the control plane (which validates what operators submit) and by the Spark job
+(which runs it). Plain Python: no Django, no Celery, no PySpark at import time.
+
+Restart-policy defaults follow Apache Flink 1.20 (`restart-strategy.*`): fixed-delay 1 attempt,
+1 s; failure-rate 1 failure per 60 s, 1 s delay; exponential-delay 1 s initial, 60 s max,
+x1.5, jitter 0.1, reset after 1 h of healthy running, unlimited attempts. As in Flink with
+checkpointing enabled (which a streaming query always is here), a spec without a restart
+policy gets exponential-delay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+SPEC_VERSION = 1
+
+StartingOffsets = Literal["earliest", "latest"] | dict[str, dict[str, int]]
+
+
+@dataclass(frozen=True)
+class KafkaSource:
+    """Records from Kafka topics, parsed from JSON with a Spark DDL schema."""
+
+    connection: str
+    topics: tuple[str, ...]
+    schema: str
+    format: Literal["json"] = "json"
+    # "earliest", "latest", or {"topic": {"partition": offset}} (-2 earliest, -1 latest), as Spark.
+    starting_offsets: StartingOffsets = "latest"
+    max_records_per_batch: int = 100_000
+    # Fail the query when records were deleted by retention before being read (Spark's default).
+    fail_on_data_loss: bool = True
+    # "python": our Python Data Source reader (no JVM connector needed);
+    # "spark-kafka": Spark's own JVM Kafka connector, where the cluster has it.
+    reader: Literal["python", "spark-kafka"] = "python"
+    kind: Literal["kafka"] = "kafka"
+
+
+@dataclass(frozen=True)
+class Transform:
+    """Spark SQL over a temporary view named `source`."""
+
+    sql: str
+
+
+@dataclass(frozen=True)
+class PostgresSink:
+    """Each micro-batch is written in one transaction with its commit marker."""
+
+    connection: str
+    table: str
+    mode: Literal["append", "upsert"] = "append"
+    key: tuple[str, ...] = ()
+    kind: Literal["postgres"] = "postgres"
+
+
+@dataclass(frozen=True)
+class Trigger:
+    interval_seconds: float = 1.0
+
+
+@dataclass(frozen=True)
+class FixedDelay:
+    attempts: int = 1
+    delay_seconds: float = 1.0
+    kind: Literal["fixed-delay"] = "fixed-delay"
+
+
+@dataclass(frozen=True)
+class FailureRate:
+    max_failures: int = 1
+    interval_seconds: float = 60.0
+    delay_seconds: float = 1.0
+    kind: Literal["failure-rate"] = "failure-rate"
+
+
+@dataclass(frozen=True)
+class ExponentialDelay:
+    initial_backoff_seconds: float = 1.0
+    max_backoff_seconds: float = 60.0
+    multiplier: float = 1.5
+    jitter: float = 0.1
+    reset_after_seconds: float = 3600.0
+    max_attempts: int | None = None
+    kind: Literal["exponential-delay"] = "exponential-delay"
+
+
+@dataclass(frozen=True)
+class NoRestart:
+    kind: Literal["none"] = "none"
+
+
+RestartPolicy = FixedDelay | FailureRate | ExponentialDelay | NoRestart
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    source: KafkaSource
+    sink: PostgresSink
+    transform: Transform | None = None
+    trigger: Trigger = field(default_factory=Trigger)
+    restart_policy: RestartPolicy = field(default_factory=ExponentialDelay)
+
+    def connection_names(self) -> set[str]:
+        return {self.source.connection, self.sink.connection}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The canonical JSON form: every default spelled out, keys in a stable order."""
+        return _plain(asdict(self))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

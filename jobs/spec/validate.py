@@ -1,0 +1,469 @@
+"""Turning submitted JSON into a `PipelineSpec`, or into a list of every problem with it.
+
+Operators fix a spec faster when they see all its problems at once, each named by its path
+(`source.schema`, `restart_policy.delay_seconds`), so validation never stops at the first one.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .ddl import DDLError, parse_schema
+from .model import (
+    ExponentialDelay,
+    FailureRate,
+    FixedDelay,
+    KafkaSource,
+    NoRestart,
+    PipelineSpec,
+    PostgresSink,
+    Transform,
+    Trigger,
+)
+from .sql import SQLError, check_transform_sql
+
+# Postgres identifiers we create and quote ourselves: lower case, no quoting surprises, < 64 bytes.
+IDENTIFIER_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+# Kafka's own rule for topic names.
+TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+MAX_DELAY_SECONDS = 7 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class FieldError:
+    field: str
+    message: str
+
+
+class SpecError(ValueError):
+    """A spec with one or more problems; `errors` names each field and what is wrong."""
+
+    def __init__(self, errors: list[FieldError]):
+        self.errors = errors
+        super().__init__("; ".join(f"{e.field}: {e.message}" for e in errors))
+
+    def as_dict(self, prefix: str = "") -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for e in self.errors:
+            out.setdefault(prefix + e.field, []).append(e.message)
+        return out
+
+
+_MISSING = object()
+
+
+class Section:
+    """Reads one JSON object, recording problems instead of raising on the first."""
+
+    def __init__(self, errors: list[FieldError], path: str, data: Any, allowed: set[str]):
+        self.errors = errors
+        self.path = path
+        self.ok = True
+        if not isinstance(data, Mapping):
+            self.error("", f"must be an object, got {_type_name(data)}")
+            data = {}
+        self.data = data
+        for key in sorted(set(data) - allowed):
+            self.error(str(key), "unknown field")
+
+    def at(self, name: str) -> str:
+        if not name:
+            return self.path
+        return f"{self.path}.{name}" if self.path else name
+
+    def error(self, name: str, message: str) -> None:
+        self.ok = False
+        self.errors.append(FieldError(self.at(name), message))
+
+    def get(self, name: str, default: Any = _MISSING) -> Any:
+        if name in self.data and self.data[name] is not None:
+            return self.data[name]
+        if default is _MISSING:
+            self.error(name, "is required")
+            return None
+        return default
+
+    def string(self, name: str, default: Any = _MISSING, *, choices: tuple[str, ...] = ()) -> Any:
+        value = self.get(name, default)
+        if value is None or value is default:
+            return value
+        if not isinstance(value, str) or not value.strip():
+            self.error(name, "must be a non-empty string")
+            return None
+        if choices and value not in choices:
+            self.error(name, f"must be one of {', '.join(choices)}; got {value!r}")
+            return None
+        return value
+
+    def integer(self, name: str, default: Any = _MISSING, *, minimum: int | None = None) -> Any:
+        value = self.get(name, default)
+        if value is None or value is default:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            else:
+                self.error(name, f"must be a whole number, got {value!r}")
+                return None
+        if minimum is not None and value < minimum:
+            self.error(name, f"must be at least {minimum}, got {value}")
+            return None
+        return value
+
+    def number(
+        self,
+        name: str,
+        default: Any = _MISSING,
+        *,
+        minimum: float = 0.0,
+        exclusive_minimum: bool = False,
+        maximum: float | None = None,
+    ) -> Any:
+        value = self.get(name, default)
+        if value is None or value is default:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            self.error(name, f"must be a number, got {value!r}")
+            return None
+        if value < minimum or (exclusive_minimum and value == minimum):
+            relation = "greater than" if exclusive_minimum else "at least"
+            self.error(name, f"must be {relation} {minimum:g}, got {value:g}")
+            return None
+        if maximum is not None and value > maximum:
+            self.error(name, f"must be at most {maximum:g}, got {value:g}")
+            return None
+        return value
+
+    def boolean(self, name: str, default: Any = _MISSING) -> Any:
+        value = self.get(name, default)
+        if value is not None and not isinstance(value, bool):
+            self.error(name, f"must be true or false, got {value!r}")
+            return None
+        return value
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _names(cls: type) -> set[str]:
+    return {f.name for f in fields(cls)}
+
+
+def parse_spec(
+    data: Any,
+    *,
+    connections: Mapping[str, str] | None = None,
+) -> PipelineSpec:
+    """Validate `data` and return the typed spec, or raise SpecError naming every problem.
+
+    `connections` maps the names of existing connections to their kind ("kafka", "postgres");
+    when given, references to missing connections or connections of the wrong kind are errors.
+    """
+    errors: list[FieldError] = []
+    top = Section(errors, "", data, _names(PipelineSpec))
+    source = _parse_source(errors, top.get("source"), connections)
+    transform = _parse_transform(errors, top.get("transform", None), source)
+    sink = _parse_sink(errors, top.get("sink"), connections, source, transform)
+    trigger = _parse_trigger(errors, top.get("trigger", {}))
+    policy = parse_restart_policy(top.get("restart_policy", {"kind": "exponential-delay"}), errors)
+    if errors:
+        raise SpecError(errors)
+    assert source and sink and trigger and policy
+    return PipelineSpec(
+        source=source, transform=transform, sink=sink, trigger=trigger, restart_policy=policy
+    )
+
+
+def _check_connection(
+    section: Section, name: str | None, kind: str, connections: Mapping[str, str] | None
+) -> None:
+    if name is None or connections is None:
+        return
+    if name not in connections:
+        known = ", ".join(sorted(connections)) or "none defined"
+        section.error("connection", f"no connection named {name!r} (known: {known})")
+    elif connections[name] != kind:
+        section.error(
+            "connection", f"connection {name!r} is a {connections[name]} connection, not {kind}"
+        )
+
+
+def _parse_source(
+    errors: list[FieldError], data: Any, connections: Mapping[str, str] | None
+) -> KafkaSource | None:
+    if data is None:
+        return None  # already reported as required
+    s = Section(errors, "source", data, _names(KafkaSource))
+    s.string("kind", "kafka", choices=("kafka",))
+    connection = s.string("connection")
+    _check_connection(s, connection, "kafka", connections)
+    topics = _parse_topics(s)
+    fmt = s.string("format", "json", choices=("json",))
+    schema = s.string("schema")
+    if schema is not None:
+        try:
+            parse_schema(schema)
+        except DDLError as exc:
+            s.error("schema", f"is not a valid Spark DDL schema: {exc}")
+    starting = _parse_starting_offsets(s, topics or ())
+    max_records = s.integer("max_records_per_batch", KafkaSource.max_records_per_batch, minimum=1)
+    fail_on_data_loss = s.boolean("fail_on_data_loss", True)
+    reader = s.string("reader", "python", choices=("python", "spark-kafka"))
+    if not s.ok:
+        return None
+    return KafkaSource(
+        connection=connection,
+        topics=tuple(topics),
+        schema=schema,
+        format=fmt,
+        starting_offsets=starting,
+        max_records_per_batch=max_records,
+        fail_on_data_loss=fail_on_data_loss,
+        reader=reader,
+    )
+
+
+def _parse_topics(s: Section) -> list[str] | None:
+    topics = s.get("topics")
+    if topics is None:
+        return None
+    if isinstance(topics, str):
+        topics = [topics]
+    if not isinstance(topics, list) or not topics:
+        s.error("topics", "must be a non-empty list of topic names")
+        return None
+    seen: set[str] = set()
+    for i, topic in enumerate(topics):
+        if not isinstance(topic, str) or not TOPIC_RE.match(topic) or topic in {".", ".."}:
+            s.error(f"topics[{i}]", f"{topic!r} is not a valid Kafka topic name")
+        elif topic in seen:
+            s.error(f"topics[{i}]", f"topic {topic!r} is listed twice")
+        else:
+            seen.add(topic)
+    return topics
+
+
+def _parse_starting_offsets(s: Section, topics: list[str] | tuple[str, ...]) -> Any:
+    value = s.get("starting_offsets", "latest")
+    if value in ("earliest", "latest"):
+        return value
+    if isinstance(value, str):
+        s.error("starting_offsets", f"must be 'earliest', 'latest' or per-partition offsets; got {value!r}")
+        return None
+    if not isinstance(value, Mapping) or not value:
+        s.error("starting_offsets", "must be 'earliest', 'latest' or {topic: {partition: offset}}")
+        return None
+    out: dict[str, dict[str, int]] = {}
+    for topic, partitions in value.items():
+        where = f"starting_offsets.{topic}"
+        if topics and topic not in topics:
+            s.error(where, f"topic {topic!r} is not one of source.topics")
+            continue
+        if not isinstance(partitions, Mapping) or not partitions:
+            s.error(where, "must map partition numbers to offsets")
+            continue
+        out[topic] = {}
+        for partition, offset in partitions.items():
+            if not str(partition).isdigit():
+                s.error(f"{where}.{partition}", "partition must be a number")
+            elif isinstance(offset, bool) or not isinstance(offset, int) or offset < -2:
+                s.error(
+                    f"{where}.{partition}",
+                    f"offset must be >= 0, or -2 (earliest) / -1 (latest); got {offset!r}",
+                )
+            else:
+                out[topic][str(int(partition))] = offset
+    return out
+
+
+def _parse_transform(
+    errors: list[FieldError], data: Any, source: KafkaSource | None
+) -> Transform | None:
+    if data is None:
+        return None
+    s = Section(errors, "transform", data, _names(Transform))
+    sql = s.string("sql")
+    if sql is None:
+        return None
+    columns = None
+    if source is not None:
+        columns = [f.name for f in parse_schema(source.schema).fields]
+    try:
+        check_transform_sql(sql, columns=columns)
+    except SQLError as exc:
+        s.error("sql", str(exc))
+        return None
+    return Transform(sql=sql.strip())
+
+
+def _parse_sink(
+    errors: list[FieldError],
+    data: Any,
+    connections: Mapping[str, str] | None,
+    source: KafkaSource | None,
+    transform: Transform | None,
+) -> PostgresSink | None:
+    if data is None:
+        return None
+    s = Section(errors, "sink", data, _names(PostgresSink))
+    s.string("kind", "postgres", choices=("postgres",))
+    connection = s.string("connection")
+    _check_connection(s, connection, "postgres", connections)
+    table = s.string("table")
+    if table is not None and not _is_table_name(table):
+        s.error(
+            "table",
+            f"{table!r} is not a safe table name: use lower-case letters, digits and "
+            "underscores (optionally schema.table), starting with a letter or underscore, "
+            "at most 63 characters each",
+        )
+    mode = s.string("mode", "append", choices=("append", "upsert"))
+    key = s.get("key", [])
+    if isinstance(key, str):
+        key = [key]
+    if not isinstance(key, list):
+        s.error("key", "must be a list of column names")
+        key = []
+    for i, column in enumerate(key):
+        if not isinstance(column, str) or not IDENTIFIER_RE.match(column):
+            s.error(f"key[{i}]", f"{column!r} is not a safe column name")
+    if len(set(key)) != len(key):
+        s.error("key", "lists a column twice")
+    if mode == "upsert" and not key:
+        s.error("key", "is required in upsert mode: the columns that identify a row")
+    if mode == "append" and key:
+        s.error("key", "applies to upsert mode only")
+    if key and source is not None and transform is None:
+        # Without a transform the output columns are the source schema's.
+        columns = {f.name.lower() for f in parse_schema(source.schema).fields}
+        for i, column in enumerate(key):
+            if isinstance(column, str) and column.lower() not in columns:
+                s.error(f"key[{i}]", f"column {column!r} is not in the source schema")
+    if not s.ok:
+        return None
+    return PostgresSink(connection=connection, table=table, mode=mode, key=tuple(key))
+
+
+def _is_table_name(name: str) -> bool:
+    parts = name.split(".")
+    return len(parts) <= 2 and all(IDENTIFIER_RE.match(p) for p in parts)
+
+
+def _parse_trigger(errors: list[FieldError], data: Any) -> Trigger | None:
+    s = Section(errors, "trigger", data, _names(Trigger))
+    interval = s.number("interval_seconds", Trigger.interval_seconds, maximum=24 * 3600)
+    return Trigger(interval_seconds=interval) if s.ok else None
+
+
+def parse_restart_policy(data: Any, errors: list[FieldError] | None = None) -> Any:
+    """The typed restart policy; raises SpecError when called without an `errors` list."""
+    own = errors is None
+    errors = [] if errors is None else errors
+    kind = data.get("kind") if isinstance(data, Mapping) else None
+    parser = _POLICIES.get(kind) if isinstance(kind, str) else None
+    if parser is None:
+        s = Section(errors, "restart_policy", data, set(data) if isinstance(data, Mapping) else set())
+        if s.ok:
+            choices = ", ".join(_POLICIES)
+            if kind is None:
+                s.error("kind", f"is required: one of {choices}")
+            else:
+                s.error("kind", f"must be one of {choices}; got {kind!r}")
+        policy = None
+    else:
+        policy = parser(errors)(data)
+    if own and errors:
+        raise SpecError(errors)
+    return policy
+
+
+def _fixed_delay(errors: list[FieldError]) -> Callable[[Any], Any]:
+    def parse(data: Any) -> FixedDelay | None:
+        s = Section(errors, "restart_policy", data, _names(FixedDelay))
+        attempts = s.integer("attempts", FixedDelay.attempts, minimum=0)
+        delay = s.number("delay_seconds", FixedDelay.delay_seconds, maximum=MAX_DELAY_SECONDS)
+        return FixedDelay(attempts=attempts, delay_seconds=delay) if s.ok else None
+
+    return parse
+
+
+def _failure_rate(errors: list[FieldError]) -> Callable[[Any], Any]:
+    def parse(data: Any) -> FailureRate | None:
+        s = Section(errors, "restart_policy", data, _names(FailureRate))
+        max_failures = s.integer("max_failures", FailureRate.max_failures, minimum=1)
+        interval = s.number(
+            "interval_seconds",
+            FailureRate.interval_seconds,
+            exclusive_minimum=True,
+            maximum=MAX_DELAY_SECONDS,
+        )
+        delay = s.number("delay_seconds", FailureRate.delay_seconds, maximum=MAX_DELAY_SECONDS)
+        if not s.ok:
+            return None
+        return FailureRate(max_failures=max_failures, interval_seconds=interval, delay_seconds=delay)
+
+    return parse
+
+
+def _exponential_delay(errors: list[FieldError]) -> Callable[[Any], Any]:
+    def parse(data: Any) -> ExponentialDelay | None:
+        d = ExponentialDelay
+        s = Section(errors, "restart_policy", data, _names(d))
+        initial = s.number(
+            "initial_backoff_seconds",
+            d.initial_backoff_seconds,
+            exclusive_minimum=True,
+            maximum=MAX_DELAY_SECONDS,
+        )
+        maximum = s.number(
+            "max_backoff_seconds",
+            d.max_backoff_seconds,
+            exclusive_minimum=True,
+            maximum=MAX_DELAY_SECONDS,
+        )
+        multiplier = s.number("multiplier", d.multiplier, minimum=1.0)
+        jitter = s.number("jitter", d.jitter, maximum=1.0)
+        reset = s.number("reset_after_seconds", d.reset_after_seconds, exclusive_minimum=True)
+        attempts = s.integer("max_attempts", None, minimum=1)
+        if initial is not None and maximum is not None and initial > maximum:
+            s.error(
+                "initial_backoff_seconds",
+                f"must not exceed max_backoff_seconds ({initial:g} > {maximum:g})",
+            )
+        if not s.ok:
+            return None
+        return ExponentialDelay(
+            initial_backoff_seconds=initial,
+            max_backoff_seconds=maximum,
+            multiplier=multiplier,
+            jitter=jitter,
+            reset_after_seconds=reset,
+            max_attempts=attempts,
+        )
+
+    return parse
+
+
+def _no_restart(errors: list[FieldError]) -> Callable[[Any], Any]:
+    def parse(data: Any) -> NoRestart | None:
+        s = Section(errors, "restart_policy", data, _names(NoRestart))
+        return NoRestart() if s.ok else None
+
+    return parse
+
+
+_POLICIES: dict[str, Callable[[list[FieldError]], Callable[[Any], Any]]] = {
+    "fixed-delay": _fixed_delay,
+    "failure-rate": _failure_rate,
+    "exponential-delay": _exponential_delay,
+    "none": _no_restart,
+}

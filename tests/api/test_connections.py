@@ -1,0 +1,189 @@
+"""Connections through the API: CRUD, secrets that never come back, real connectivity checks."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from django.db import connection as django_db
+
+from controlplane.connections.models import Connection
+from tests.factories import valid_spec
+
+SECRET = "s3cr3t-Pa55word"
+
+
+def create(api, **body):
+    return api.post("/api/connections/", body, format="json")
+
+
+def test_it_creates_lists_and_shows_a_kafka_connection(api):
+    response = create(
+        api, name="events", kind="kafka", settings={"bootstrap_servers": ["kafka-1:9092"]}
+    )
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["settings"] == {
+        "bootstrap_servers": ["kafka-1:9092"],
+        "security_protocol": "PLAINTEXT",
+    }
+    assert body["secret_fields"] == []
+    listing = api.get("/api/connections/").json()
+    assert listing["count"] == 1
+    assert listing["results"][0]["name"] == "events"
+    assert api.get("/api/connections/events/").json()["kind"] == "kafka"
+
+
+def test_secrets_are_never_returned_only_named(api):
+    response = create(
+        api,
+        name="secure",
+        kind="kafka",
+        settings={
+            "bootstrap_servers": ["k:9093"],
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "PLAIN",
+            "sasl_username": "svc",
+        },
+        secrets={"sasl_password": SECRET},
+    )
+    assert response.status_code == 201, response.json()
+    for reply in (response, api.get("/api/connections/"), api.get("/api/connections/secure/")):
+        assert SECRET not in reply.content.decode()
+    assert response.json()["secret_fields"] == ["sasl_password"]
+
+
+def test_a_dsn_password_is_stored_encrypted_and_shown_nowhere(api, caplog):
+    with caplog.at_level(logging.DEBUG):
+        response = create(
+            api,
+            name="pg",
+            kind="postgres",
+            settings={"dsn": f"postgresql://app:{SECRET}@db.internal:5432/sales"},
+        )
+    assert response.status_code == 201, response.json()
+    assert response.json()["settings"]["dsn"] == "postgresql://app@db.internal:5432/sales"
+    assert response.json()["secret_fields"] == ["password"]
+    assert SECRET not in response.content.decode()
+    assert SECRET not in caplog.text
+    with django_db.cursor() as cursor:
+        cursor.execute("SELECT settings::text, secrets_encrypted FROM connections_connection")
+        stored = " ".join(cursor.fetchone())
+    assert SECRET not in stored
+    assert Connection.objects.get(name="pg").get_secrets() == {"password": SECRET}
+    assert SECRET not in repr(Connection.objects.get(name="pg"))
+
+
+def test_patching_secrets_merges_and_null_removes(api):
+    create(
+        api,
+        name="k",
+        kind="kafka",
+        settings={"bootstrap_servers": ["k:1"], "security_protocol": "SSL"},
+        secrets={"ssl_password": "one"},
+    )
+    api.patch("/api/connections/k/", {"description": "prod"}, format="json")
+    assert Connection.objects.get(name="k").get_secrets() == {"ssl_password": "one"}
+    api.patch("/api/connections/k/", {"secrets": {"ssl_password": None}}, format="json")
+    assert Connection.objects.get(name="k").get_secrets() == {}
+
+
+def test_bad_settings_are_refused_with_field_errors(api):
+    response = create(api, name="Bad Name", kind="kafka", settings={"bootstrap_servers": ["nope"]})
+    assert response.status_code == 400
+    body = response.json()
+    assert "name" in body
+    assert body["settings.bootstrap_servers[0]"] == ["'nope' is not host:port"]
+
+
+def test_name_and_kind_cannot_change(api, kafka_connection):
+    response = api.put(
+        "/api/connections/events/",
+        {"name": "renamed", "kind": "postgres", "settings": {"dsn": "postgresql://a@b/c"}},
+        format="json",
+    )
+    assert response.status_code == 400
+    assert set(response.json()) >= {"name", "kind"}
+
+
+def test_a_connection_in_use_cannot_be_deleted(api, pipeline):
+    response = api.delete("/api/connections/events/")
+    assert response.status_code == 409
+    assert "orders" in response.json()["detail"]
+    assert Connection.objects.filter(name="events").exists()
+
+
+def test_an_unused_connection_can_be_deleted(api, kafka_connection):
+    assert api.delete("/api/connections/events/").status_code == 204
+    assert not Connection.objects.filter(name="events").exists()
+
+
+def test_deleting_a_pipeline_frees_its_connections(api, pipeline):
+    assert api.delete("/api/pipelines/orders/").status_code == 204
+    assert api.delete("/api/connections/events/").status_code == 204
+
+
+def test_the_kafka_check_really_reaches_the_broker(api, kafka_bootstrap):
+    from kafka import KafkaProducer
+
+    topic = "connection-check-topic"
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    producer.send(topic, b"{}").get(timeout=10)
+    producer.close()
+    create(api, name="events", kind="kafka", settings={"bootstrap_servers": [kafka_bootstrap]})
+    response = api.post("/api/connections/events/test/")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["ok"] is True, body
+    assert topic in body["topics"]
+
+
+def test_the_kafka_check_reports_an_unreachable_cluster(api, settings):
+    settings.CONTROLPLANE_CONNECTION_TEST_TIMEOUT = 1.0
+    create(api, name="gone", kind="kafka", settings={"bootstrap_servers": ["127.0.0.1:1"]})
+    body = api.post("/api/connections/gone/test/").json()
+    assert body["ok"] is False
+    assert body["detail"]
+
+
+def test_the_postgres_check_runs_select_1(api, postgres_connection):
+    body = api.post("/api/connections/warehouse/test/").json()
+    assert body["ok"] is True, body
+    assert body["server_version"]
+
+
+def test_a_failed_postgres_check_does_not_leak_the_password(api, sink_dsn):
+    # Right server, wrong database: the error text mentions the connection, never the password.
+    dsn = sink_dsn.rsplit("/", 1)[0] + "/no_such_database"
+    create(api, name="pg", kind="postgres", settings={"dsn": dsn}, secrets={"password": SECRET})
+    body = api.post("/api/connections/pg/test/").json()
+    assert body["ok"] is False
+    assert "no_such_database" in body["detail"]
+    assert SECRET not in body["detail"]
+
+
+@pytest.mark.parametrize("kind", ["kafka", "postgres"])
+def test_the_admin_list_shows_no_secrets(admin_client, api, kind):
+    if kind == "kafka":
+        create(
+            api,
+            name="k",
+            kind="kafka",
+            settings={"bootstrap_servers": ["k:1"], "security_protocol": "SSL"},
+            secrets={"ssl_password": SECRET},
+        )
+    else:
+        create(api, name="k", kind="postgres", settings={"dsn": f"postgresql://u:{SECRET}@h/d"})
+    listing = admin_client.get("/admin/connections/connection/")
+    assert listing.status_code == 200
+    assert SECRET not in listing.content.decode()
+    pk = Connection.objects.get(name="k").pk
+    change = admin_client.get(f"/admin/connections/connection/{pk}/change/")
+    assert change.status_code == 200
+    assert SECRET not in change.content.decode()
+
+
+def test_pipelines_refer_to_connections_by_name(api, kafka_connection, postgres_connection):
+    response = api.post("/api/pipelines/", {"name": "p", "spec": valid_spec()}, format="json")
+    assert response.status_code == 201
+    assert response.json()["spec"]["source"]["connection"] == "events"

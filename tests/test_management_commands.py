@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
+
+from controlplane.accounts.models import ApiToken
+from controlplane.connections.models import Connection
+from controlplane.pipelines.models import Pipeline
+
+
+def run(*args, **kwargs) -> str:
+    out = StringIO()
+    call_command(*args, stdout=out, **kwargs)
+    return out.getvalue()
+
+
+def test_create_api_token_prints_a_key_that_authenticates(db, anon):
+    get_user_model().objects.create_user("ci")
+    key = run("create_api_token", "ci", name="deploy").strip()
+    assert key.startswith("cpt_")
+    anon.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    assert anon.get("/api/connections/").status_code == 200
+
+
+def test_create_api_token_refuses_a_duplicate_unless_rotating(db, anon):
+    get_user_model().objects.create_user("ci")
+    old = run("create_api_token", "ci").strip()
+    with pytest.raises(CommandError, match="--rotate"):
+        run("create_api_token", "ci")
+    new = run("create_api_token", "ci", rotate=True).strip()
+    assert new != old
+    anon.credentials(HTTP_AUTHORIZATION=f"Token {old}")
+    assert anon.get("/api/connections/").status_code == 401
+
+
+def test_create_api_token_for_an_unknown_user_is_a_clear_error(db):
+    with pytest.raises(CommandError, match="no user named 'ghost'"):
+        run("create_api_token", "ghost")
+
+
+def test_ensure_admin_prints_credentials_once(db):
+    first = run("ensure_admin")
+    assert "Password:" in first
+    assert "cpt_" in first
+    second = run("ensure_admin")
+    assert "Password:" not in second
+    assert "cpt_" not in second
+    assert ApiToken.objects.count() == 1
+
+
+def test_seed_demo_is_idempotent(db, kafka_bootstrap, sink_dsn, monkeypatch):
+    monkeypatch.setenv("CONTROLPLANE_SINK_DATABASE_URL", sink_dsn)
+    run("seed_demo")
+    run("seed_demo")
+    assert set(Connection.objects.values_list("name", flat=True)) == {
+        "local-kafka",
+        "local-postgres",
+    }
+    demo = Pipeline.objects.get(name="demo-deliveries")
+    assert demo.version == 1
+    assert demo.connections.count() == 2
