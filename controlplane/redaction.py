@@ -33,7 +33,9 @@ def redact(text: str, known_secrets: Iterable[str] = ()) -> str:
     for secret in sorted((s for s in known_secrets if s), key=len, reverse=True):
         text = text.replace(secret, MASK)
     for pattern, _ in _PATTERNS:
-        text = pattern.sub(lambda m: f"{m.group('pre')}{MASK}{m.groupdict().get('post') or ''}", text)
+        text = pattern.sub(
+            lambda m: f"{m.group('pre')}{MASK}{m.groupdict().get('post') or ''}", text
+        )
     return text
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-from .spec.validate import FieldError, SpecError, Section
+from .spec.validate import FieldError, Section, SpecError
 
 KINDS = ("kafka", "postgres")
 

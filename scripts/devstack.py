@@ -176,8 +176,18 @@ class Postgres(Service):
             self.logfile.parent.mkdir(parents=True, exist_ok=True)
             pg_log = self.data / "server.log"
             result = self._run(
-                "pg_ctl", "start", "-D", str(self.data), "-l", str(pg_log), "-o", options,
-                "-w", "-t", "60", check=False,
+                "pg_ctl",
+                "start",
+                "-D",
+                str(self.data),
+                "-l",
+                str(pg_log),
+                "-o",
+                options,
+                "-w",
+                "-t",
+                "60",
+                check=False,
             )
             with contextlib.suppress(OSError):
                 self.logfile.unlink(missing_ok=True)
@@ -197,7 +207,14 @@ class Postgres(Service):
             os.chown(self.data, self.user.pw_uid, self.user.pw_gid)
         os.chmod(self.data, 0o700)
         self._run(
-            "initdb", "-D", str(self.data), "-U", PG_USER, "--auth=trust", "-E", "UTF8",
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            PG_USER,
+            "--auth=trust",
+            "-E",
+            "UTF8",
             "--no-locale",
         )
 
@@ -207,7 +224,9 @@ class Postgres(Service):
         with psycopg.connect(
             f"postgresql://{PG_USER}@127.0.0.1:{PG_PORT}/postgres", autocommit=True
         ) as conn:
-            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+            exists = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
+            ).fetchone()
             if not exists:
                 conn.execute(f'CREATE DATABASE "{name}"')
 
@@ -245,9 +264,22 @@ class Redis(Service):
         subprocess.run(
             [
                 shutil.which("redis-server") or "redis-server",
-                "--port", str(REDIS_PORT), "--bind", "127.0.0.1", "--dir", str(self.dir),
-                "--daemonize", "yes", "--pidfile", str(self.pidfile),
-                "--logfile", str(self.logfile), "--save", "", "--appendonly", "no",
+                "--port",
+                str(REDIS_PORT),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.dir),
+                "--daemonize",
+                "yes",
+                "--pidfile",
+                str(self.pidfile),
+                "--logfile",
+                str(self.logfile),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
             ],
             check=True,
         )
@@ -303,8 +335,14 @@ class Tansu(Service):
         with open(self.logfile, "ab") as out:
             proc = subprocess.Popen(
                 [
-                    self.binary(), "broker", "--listener-url", url,
-                    "--advertised-listener-url", url, "--storage-engine", "memory://tansu/",
+                    self.binary(),
+                    "broker",
+                    "--listener-url",
+                    url,
+                    "--advertised-listener-url",
+                    url,
+                    "--storage-engine",
+                    "memory://tansu/",
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -467,17 +505,40 @@ def cmd_up(stack: Stack) -> int:
         logs = VAR / "log"
         logs.mkdir(parents=True, exist_ok=True)
         commands = {
-            "web": [PY, "manage.py", "runserver", f"{WEB_HOST}:{WEB_PORT}", "--noreload",
-                    "--insecure"],
-            "worker": [PY, "-m", "celery", "-A", "controlplane", "worker", "--loglevel", "INFO",
-                       "--concurrency", "2", "--hostname", "controlplane@%h"],
+            "web": [
+                PY,
+                "manage.py",
+                "runserver",
+                f"{WEB_HOST}:{WEB_PORT}",
+                "--noreload",
+                "--insecure",
+            ],
+            "worker": [
+                PY,
+                "-m",
+                "celery",
+                "-A",
+                "controlplane",
+                "worker",
+                "--loglevel",
+                "INFO",
+                "--concurrency",
+                "2",
+                "--hostname",
+                "controlplane@%h",
+            ],
             "beat": [PY, "-m", "celery", "-A", "controlplane", "beat", "--loglevel", "INFO"],
         }
         for name, command in commands.items():
             out = open(logs / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the child
             proc = subprocess.Popen(
-                command, cwd=ROOT, env=stack.env, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
+                command,
+                cwd=ROOT,
+                env=stack.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
             children.append((name, proc))
         wait_for("the web server", lambda: port_open(WEB_PORT, WEB_HOST), 60, logs / "web.log")

@@ -32,7 +32,9 @@ def test_kafka_rejects_servers_without_a_port():
 
 
 def test_sasl_needs_mechanism_and_username_and_keeps_the_password_secret():
-    assert set(errors("kafka", {"bootstrap_servers": ["a:1"], "security_protocol": "SASL_SSL"})) == {
+    assert set(
+        errors("kafka", {"bootstrap_servers": ["a:1"], "security_protocol": "SASL_SSL"})
+    ) == {
         "settings.sasl_mechanism",
         "settings.sasl_username",
     }

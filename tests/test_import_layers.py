@@ -7,7 +7,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def load_checker():
-    spec = importlib.util.spec_from_file_location("check_imports", ROOT / "scripts/check_imports.py")
+    spec = importlib.util.spec_from_file_location(
+        "check_imports", ROOT / "scripts/check_imports.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

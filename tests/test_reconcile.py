@@ -58,9 +58,22 @@ def test_celery_beat_and_a_worker_run_the_tick_through_redis(tmp_path):
     env["CONTROLPLANE_RECONCILE_SECONDS"] = "1"
     env["CONTROLPLANE_VAR_DIR"] = str(tmp_path)
     command = [
-        sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--beat",
-        "--concurrency", "1", "--loglevel", "INFO", "--without-heartbeat", "--without-gossip",
-        "--without-mingle", "--schedule", str(tmp_path / "beat-schedule"),
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "controlplane",
+        "worker",
+        "--beat",
+        "--concurrency",
+        "1",
+        "--loglevel",
+        "INFO",
+        "--without-heartbeat",
+        "--without-gossip",
+        "--without-mingle",
+        "--schedule",
+        str(tmp_path / "beat-schedule"),
     ]
     log = open(tmp_path / "celery.log", "wb")  # noqa: SIM115
     worker = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -80,7 +80,9 @@ def test_a_missing_restart_policy_means_exponential_delay_as_in_flink_with_check
 
 def test_it_rejects_an_unknown_connection_and_names_the_known_ones():
     errors = errors_of(with_change("source.connection", "nope"))
-    assert errors == {"source.connection": ["no connection named 'nope' (known: events, warehouse)"]}
+    assert errors == {
+        "source.connection": ["no connection named 'nope' (known: events, warehouse)"]
+    }
 
 
 def test_it_rejects_a_connection_of_the_wrong_kind():

@@ -18,10 +18,7 @@ class ApiTokenAuthentication(authentication.TokenAuthentication):
 
     def authenticate_credentials(self, key: str):
         token = (
-            ApiToken.objects.active()
-            .select_related("user")
-            .filter(key_digest=digest(key))
-            .first()
+            ApiToken.objects.active().select_related("user").filter(key_digest=digest(key)).first()
         )
         if token is None:
             raise exceptions.AuthenticationFailed("Invalid or revoked token.")

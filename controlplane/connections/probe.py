@@ -70,7 +70,9 @@ def _probe_kafka(settings: dict, secrets: dict, timeout: float) -> ProbeResult:
 def _probe_postgres(settings: dict, secrets: dict, timeout: float) -> ProbeResult:
     kwargs = postgres_conninfo(settings, secrets)
     with psycopg.connect(**kwargs, connect_timeout=max(1, round(timeout))) as conn:
-        conn.execute("SELECT set_config('statement_timeout', %s, false)", (str(int(timeout * 1000)),))
+        conn.execute(
+            "SELECT set_config('statement_timeout', %s, false)", (str(int(timeout * 1000)),)
+        )
         (one,) = conn.execute("SELECT 1").fetchone()
         version = conn.execute("SHOW server_version").fetchone()[0]
     return ProbeResult(one == 1, 0, "SELECT 1 succeeded", server_version=version)

@@ -95,6 +95,9 @@ class PipelineConnection(models.Model):
             models.UniqueConstraint(fields=["pipeline", "connection"], name="one_row_per_use")
         ]
 
+    def __str__(self) -> str:
+        return f"{self.pipeline_id} uses {self.connection_id}"
+
 
 class ReconcilerState(models.Model):
     """One row: when the reconcile tick last ran, so operators can see the scheduler is alive."""

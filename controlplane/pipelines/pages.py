@@ -31,7 +31,11 @@ def healthz(request):
     except Exception:
         database_ok = False
     state = ReconcilerState.objects.filter(id=1).first() if database_ok else None
-    age = (timezone.now() - state.last_tick_at).total_seconds() if state and state.last_tick_at else None
+    age = (
+        (timezone.now() - state.last_tick_at).total_seconds()
+        if state and state.last_tick_at
+        else None
+    )
     stale_after = 3 * settings.CONTROLPLANE_RECONCILE_SECONDS + 10
     body = {
         "database": "ok" if database_ok else "unreachable",

@@ -34,7 +34,9 @@ def tick(now: datetime) -> dict:
         action = planned_action(desired, status)
         if action:
             plan[name] = action
-            log.info("reconcile: pipeline %s is %s, desired %s: would %s", name, status, desired, action)
+            log.info(
+                "reconcile: pipeline %s is %s, desired %s: would %s", name, status, desired, action
+            )
     summary = {"pipelines": Pipeline.objects.count(), "actions": plan}
     with transaction.atomic():
         ReconcilerState.objects.get_or_create(id=1)

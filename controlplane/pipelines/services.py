@@ -38,10 +38,10 @@ def _link_connections(pipeline: Pipeline, spec: PipelineSpec) -> None:
     if len(connections) != len(names):
         # Deleted between validation and now: report it like any other bad reference.
         missing = names - {c.name for c in connections}
-        raise SpecError(
-            [_missing_connection_error(spec, name) for name in sorted(missing)]
-        )
-    PipelineConnection.objects.filter(pipeline=pipeline).exclude(connection__in=connections).delete()
+        raise SpecError([_missing_connection_error(spec, name) for name in sorted(missing)])
+    PipelineConnection.objects.filter(pipeline=pipeline).exclude(
+        connection__in=connections
+    ).delete()
     for connection in connections:
         PipelineConnection.objects.get_or_create(pipeline=pipeline, connection=connection)
 
@@ -119,9 +119,7 @@ def update_pipeline(
             )
             _link_connections(current, spec)
         # Conditional on the version read above: exactly one row, or somebody else won.
-        updated = Pipeline.objects.filter(pk=current.pk, version=current.version).update(
-            **changes
-        )
+        updated = Pipeline.objects.filter(pk=current.pk, version=current.version).update(**changes)
         if updated != 1:
             raise Conflict(f"pipeline {pipeline.name!r} changed while it was being updated")
     pipeline.refresh_from_db()

@@ -118,4 +118,3 @@ class PipelineViewSet(viewsets.ModelViewSet):
                 status=status.HTTP_404_NOT_FOUND,
             )
         return Response(PipelineVersionSerializer(row).data)
-

@@ -126,7 +126,11 @@ class Section:
         value = self.get(name, default)
         if value is None or value is default:
             return value
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
             self.error(name, f"must be a number, got {value!r}")
             return None
         if value < minimum or (exclusive_minimum and value == minimum):
@@ -257,7 +261,10 @@ def _parse_starting_offsets(s: Section, topics: list[str] | tuple[str, ...]) -> 
     if value in ("earliest", "latest"):
         return value
     if isinstance(value, str):
-        s.error("starting_offsets", f"must be 'earliest', 'latest' or per-partition offsets; got {value!r}")
+        s.error(
+            "starting_offsets",
+            f"must be 'earliest', 'latest' or per-partition offsets; got {value!r}",
+        )
         return None
     if not isinstance(value, Mapping) or not value:
         s.error("starting_offsets", "must be 'earliest', 'latest' or {topic: {partition: offset}}")
@@ -371,7 +378,9 @@ def parse_restart_policy(data: Any, errors: list[FieldError] | None = None) -> A
     kind = data.get("kind") if isinstance(data, Mapping) else None
     parser = _POLICIES.get(kind) if isinstance(kind, str) else None
     if parser is None:
-        s = Section(errors, "restart_policy", data, set(data) if isinstance(data, Mapping) else set())
+        s = Section(
+            errors, "restart_policy", data, set(data) if isinstance(data, Mapping) else set()
+        )
         if s.ok:
             choices = ", ".join(_POLICIES)
             if kind is None:
@@ -409,7 +418,9 @@ def _failure_rate(errors: list[FieldError]) -> Callable[[Any], Any]:
         delay = s.number("delay_seconds", FailureRate.delay_seconds, maximum=MAX_DELAY_SECONDS)
         if not s.ok:
             return None
-        return FailureRate(max_failures=max_failures, interval_seconds=interval, delay_seconds=delay)
+        return FailureRate(
+            max_failures=max_failures, interval_seconds=interval, delay_seconds=delay
+        )
 
     return parse
 

@@ -80,7 +80,9 @@ def test_changing_only_the_desired_state_keeps_the_version(api, pipeline):
 
 
 def test_a_stale_version_is_refused_with_409_and_nothing_changes(api, pipeline):
-    api.patch("/api/pipelines/orders/", {"spec": {"trigger": {"interval_seconds": 9}}}, format="json")
+    api.patch(
+        "/api/pipelines/orders/", {"spec": {"trigger": {"interval_seconds": 9}}}, format="json"
+    )
     response = api.patch(
         "/api/pipelines/orders/",
         {"version": 1, "spec": {"trigger": {"interval_seconds": 1}}},
@@ -136,9 +138,7 @@ def test_bad_names_states_and_json_get_clear_400s(api, kafka_connection, postgre
     )
     assert response.status_code == 400
     assert {"name", "desired_state"} <= set(response.json())
-    response = api.post(
-        "/api/pipelines/", data="{not json", content_type="application/json"
-    )
+    response = api.post("/api/pipelines/", data="{not json", content_type="application/json")
     assert response.status_code == 400
     assert "detail" in response.json()
 
@@ -150,7 +150,9 @@ def test_duplicate_names_are_refused(api, pipeline):
 
 
 def test_a_pipeline_cannot_be_renamed(api, pipeline):
-    response = api.put("/api/pipelines/orders/", {"name": "other", "spec": valid_spec()}, format="json")
+    response = api.put(
+        "/api/pipelines/orders/", {"name": "other", "spec": valid_spec()}, format="json"
+    )
     assert response.status_code == 400
     assert "name" in response.json()
 

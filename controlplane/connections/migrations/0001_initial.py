@@ -5,27 +5,51 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Connection',
+            name="Connection",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=63, unique=True, validators=[django.core.validators.RegexValidator('^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$', 'use lower-case letters, digits and hyphens (1-63 characters, no leading or trailing hyphen)')])),
-                ('kind', models.CharField(choices=[('kafka', 'Kafka cluster'), ('postgres', 'PostgreSQL database')], max_length=16)),
-                ('description', models.TextField(blank=True)),
-                ('settings', models.JSONField(default=dict, help_text='Non-secret settings (shown).')),
-                ('secrets_encrypted', models.TextField(blank=True, default='', editable=False)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "name",
+                    models.CharField(
+                        max_length=63,
+                        unique=True,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                "^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
+                                "use lower-case letters, digits and hyphens (1-63 characters, no leading or trailing hyphen)",
+                            )
+                        ],
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("kafka", "Kafka cluster"), ("postgres", "PostgreSQL database")],
+                        max_length=16,
+                    ),
+                ),
+                ("description", models.TextField(blank=True)),
+                (
+                    "settings",
+                    models.JSONField(default=dict, help_text="Non-secret settings (shown)."),
+                ),
+                ("secrets_encrypted", models.TextField(blank=True, default="", editable=False)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
     ]

@@ -7,80 +7,198 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('connections', '0001_initial'),
+        ("connections", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ReconcilerState',
+            name="ReconcilerState",
             fields=[
-                ('id', models.PositiveSmallIntegerField(default=1, editable=False, primary_key=True, serialize=False)),
-                ('last_tick_at', models.DateTimeField(null=True)),
-                ('ticks', models.PositiveBigIntegerField(default=0)),
-                ('last_summary', models.JSONField(default=dict)),
+                (
+                    "id",
+                    models.PositiveSmallIntegerField(
+                        default=1, editable=False, primary_key=True, serialize=False
+                    ),
+                ),
+                ("last_tick_at", models.DateTimeField(null=True)),
+                ("ticks", models.PositiveBigIntegerField(default=0)),
+                ("last_summary", models.JSONField(default=dict)),
             ],
         ),
         migrations.CreateModel(
-            name='Pipeline',
+            name="Pipeline",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=63, unique=True, validators=[django.core.validators.RegexValidator('^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$', 'use lower-case letters, digits and hyphens (1-63 characters, no leading or trailing hyphen)')])),
-                ('description', models.TextField(blank=True)),
-                ('spec', models.JSONField(help_text='Current spec, canonical form (all defaults spelled out).')),
-                ('version', models.PositiveIntegerField(default=1)),
-                ('desired_state', models.CharField(choices=[('running', 'Running'), ('stopped', 'Stopped'), ('suspended', 'Suspended')], default='stopped', max_length=16)),
-                ('status', models.CharField(choices=[('starting', 'Starting'), ('running', 'Running'), ('restarting', 'Restarting'), ('backing-off', 'Backing off'), ('stopping', 'Stopping'), ('stopped', 'Stopped'), ('suspended', 'Suspended'), ('failed', 'Failed')], default='stopped', max_length=16)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('updated_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "name",
+                    models.CharField(
+                        max_length=63,
+                        unique=True,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                "^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
+                                "use lower-case letters, digits and hyphens (1-63 characters, no leading or trailing hyphen)",
+                            )
+                        ],
+                    ),
+                ),
+                ("description", models.TextField(blank=True)),
+                (
+                    "spec",
+                    models.JSONField(
+                        help_text="Current spec, canonical form (all defaults spelled out)."
+                    ),
+                ),
+                ("version", models.PositiveIntegerField(default=1)),
+                (
+                    "desired_state",
+                    models.CharField(
+                        choices=[
+                            ("running", "Running"),
+                            ("stopped", "Stopped"),
+                            ("suspended", "Suspended"),
+                        ],
+                        default="stopped",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("starting", "Starting"),
+                            ("running", "Running"),
+                            ("restarting", "Restarting"),
+                            ("backing-off", "Backing off"),
+                            ("stopping", "Stopping"),
+                            ("stopped", "Stopped"),
+                            ("suspended", "Suspended"),
+                            ("failed", "Failed"),
+                        ],
+                        default="stopped",
+                        max_length=16,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "updated_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='PipelineConnection',
+            name="PipelineConnection",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('connection', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, to='connections.connection')),
-                ('pipeline', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, to='pipelines.pipeline')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "connection",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, to="connections.connection"
+                    ),
+                ),
+                (
+                    "pipeline",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, to="pipelines.pipeline"
+                    ),
+                ),
             ],
         ),
         migrations.AddField(
-            model_name='pipeline',
-            name='connections',
-            field=models.ManyToManyField(blank=True, related_name='pipelines', through='pipelines.PipelineConnection', to='connections.connection'),
+            model_name="pipeline",
+            name="connections",
+            field=models.ManyToManyField(
+                blank=True,
+                related_name="pipelines",
+                through="pipelines.PipelineConnection",
+                to="connections.connection",
+            ),
         ),
         migrations.CreateModel(
-            name='PipelineVersion',
+            name="PipelineVersion",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('version', models.PositiveIntegerField()),
-                ('spec', models.JSONField()),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('pipeline', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='versions', to='pipelines.pipeline')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("version", models.PositiveIntegerField()),
+                ("spec", models.JSONField()),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "pipeline",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="versions",
+                        to="pipelines.pipeline",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['pipeline', '-version'],
+                "ordering": ["pipeline", "-version"],
             },
         ),
         migrations.AddConstraint(
-            model_name='pipelineconnection',
-            constraint=models.UniqueConstraint(fields=('pipeline', 'connection'), name='one_row_per_use'),
+            model_name="pipelineconnection",
+            constraint=models.UniqueConstraint(
+                fields=("pipeline", "connection"), name="one_row_per_use"
+            ),
         ),
         migrations.AddIndex(
-            model_name='pipeline',
-            index=models.Index(fields=['desired_state', 'status'], name='pipelines_p_desired_58b6d2_idx'),
+            model_name="pipeline",
+            index=models.Index(
+                fields=["desired_state", "status"], name="pipelines_p_desired_58b6d2_idx"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='pipelineversion',
-            constraint=models.UniqueConstraint(fields=('pipeline', 'version'), name='one_row_per_version'),
+            model_name="pipelineversion",
+            constraint=models.UniqueConstraint(
+                fields=("pipeline", "version"), name="one_row_per_version"
+            ),
         ),
     ]

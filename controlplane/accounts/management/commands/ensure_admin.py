@@ -16,7 +16,9 @@ class Command(BaseCommand):
     help = "Create the admin user and its API token if they do not exist; print them once."
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--username", default=os.environ.get("CONTROLPLANE_ADMIN_USER", "admin"))
+        parser.add_argument(
+            "--username", default=os.environ.get("CONTROLPLANE_ADMIN_USER", "admin")
+        )
 
     def handle(self, *args, username: str, **_):
         User = get_user_model()
@@ -38,4 +40,6 @@ class Command(BaseCommand):
         else:
             self.stdout.write("  API token:      ", ending="")
             call_command("create_api_token", username, name="default", stdout=self.stdout)
-            self.stdout.write("                  (shown once; send it as `Authorization: Token <key>`)")
+            self.stdout.write(
+                "                  (shown once; send it as `Authorization: Token <key>`)"
+            )

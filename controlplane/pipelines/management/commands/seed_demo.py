@@ -71,6 +71,8 @@ class Command(BaseCommand):
         if Connection.objects.filter(name=name).exists():
             return
         clean, secrets = validate_connection(kind, settings, {})
-        connection = Connection(name=name, kind=kind, settings=clean, description="embedded dev stack")
+        connection = Connection(
+            name=name, kind=kind, settings=clean, description="embedded dev stack"
+        )
         connection.set_secrets(secrets)
         connection.save()
