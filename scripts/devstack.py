@@ -147,6 +147,8 @@ class Postgres(Service):
             capture_output=True,
             text=True,
             cwd="/",
+            # Its own session: a Ctrl-C meant for ./stack must not reach the server directly.
+            start_new_session=True,
             **kwargs,
         )
 

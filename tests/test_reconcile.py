@@ -8,9 +8,9 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
-from django.conf import settings
 from django.db import connection
 
 from controlplane.pipelines import reconciler
@@ -51,10 +51,11 @@ def test_a_tick_records_itself_and_is_idempotent(pipeline):
 @pytest.mark.django_db(transaction=True)
 def test_celery_beat_and_a_worker_run_the_tick_through_redis(tmp_path):
     env = dict(os.environ)
-    db = settings.DATABASES["default"]
-    env["DATABASE_URL"] = (
-        f"postgresql://{db['USER']}@{db['HOST']}:{db['PORT']}/{connection.settings_dict['NAME']}"
+    db = connection.settings_dict  # the test database, which the worker must use too
+    credentials = quote(db["USER"], safe="") + (
+        ":" + quote(db["PASSWORD"], safe="") if db["PASSWORD"] else ""
     )
+    env["DATABASE_URL"] = f"postgresql://{credentials}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
     env["CONTROLPLANE_RECONCILE_SECONDS"] = "1"
     env["CONTROLPLANE_VAR_DIR"] = str(tmp_path)
     command = [

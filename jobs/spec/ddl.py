@@ -223,29 +223,21 @@ _SIMPLE_ESCAPES = {
     "%": "\\%",
     "_": "\\_",
 }
+_UNICODE_ESCAPE = re.compile(r"u[0-9a-fA-F]{4}")
+_OCTAL_ESCAPE = re.compile(r"[0-3][0-7][0-7]")
 
 
-def _unescape(body: str) -> str:
-    """Spark's unescapeSQLString for the inside of a quoted literal (escapes are optional)."""
-    out: list[str] = []
-    i = 0
-    while i < len(body):
-        ch = body[i]
-        if ch != "\\" or i + 1 >= len(body):
-            out.append(ch)
-            i += 1
-            continue
-        nxt = body[i + 1]
-        if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", body[i + 2 : i + 6]):
-            out.append(chr(int(body[i + 2 : i + 6], 16)))
-            i += 6
-        elif re.fullmatch(r"[0-3][0-7][0-7]", body[i + 1 : i + 4]):
-            out.append(chr(int(body[i + 1 : i + 4], 8)))
-            i += 4
-        else:
-            out.append(_SIMPLE_ESCAPES.get(nxt, nxt))
-            i += 2
-    return "".join(out)
+def _escape(ddl: str, i: int) -> tuple[str, int]:
+    """Spark's unescapeSQLString for the escape sequence whose backslash is at ``ddl[i]``.
+
+    Returns the unescaped text and the offset just after the sequence.
+    """
+    if _UNICODE_ESCAPE.match(ddl, i + 1):
+        return chr(int(ddl[i + 2 : i + 6], 16)), i + 6
+    if _OCTAL_ESCAPE.match(ddl, i + 1):
+        return chr(int(ddl[i + 1 : i + 4], 8)), i + 4
+    nxt = ddl[i + 1 : i + 2]
+    return _SIMPLE_ESCAPES.get(nxt, nxt), i + 2
 
 
 def _tokenize(ddl: str) -> list[_Token]:
@@ -333,19 +325,24 @@ def _skip_block_comment(ddl: str, start: int) -> int:
 
 
 def _read_string(ddl: str, start: int, tokens: list[_Token]) -> int:
+    """Read a '...', "...", R'...' or R"..." literal; a doubled quote stands for itself."""
     raw = ddl[start] in "rR"
     quote = ddl[start + 1] if raw else ddl[start]
     i = start + (2 if raw else 1)
+    value: list[str] = []
     while i < len(ddl):
         ch = ddl[i]
         if ch == "\\" and not raw:
+            text, i = _escape(ddl, i)
+            value.append(text)
+        elif ch == quote and not raw and ddl.startswith(quote, i + 1):
+            value.append(quote)
             i += 2
         elif ch == quote:
-            text = ddl[start : i + 1]
-            body = text[2:-1] if raw else text[1:-1]
-            tokens.append(_Token("string", text, body if raw else _unescape(body), start))
+            tokens.append(_Token("string", ddl[start : i + 1], "".join(value), start))
             return i + 1
         else:
+            value.append(ch)
             i += 1
     raise DDLError(f"unterminated string starting at position {start + 1}", start + 1)
 

@@ -1,11 +1,641 @@
-"""Placeholder while being written."""
+"""Checks a pipeline's transform SQL without a JVM.
+
+A transform is ``{"sql": "SELECT ... FROM source ..."}``: the Spark job registers the parsed
+Kafka records as the temporary view ``source`` and runs the query over it. A mistake there
+would only surface when the job starts (or, worse, restarts), so the web app checks the SQL
+when the pipeline is saved, using sqlglot's Spark dialect instead of a Spark session.
+
+The checks, in order, each raising SQLError with a message meant to be shown verbatim:
+
+1. The SQL parses (sqlglot, Spark dialect): the message carries the line and column.
+2. It is exactly one statement, and that statement is a query (SELECT, WITH ... SELECT,
+   UNION / EXCEPT / INTERSECT of queries, VALUES), not DDL, DML or a command.
+3. Every table it reads, apart from its own CTEs, is the source view (names compare
+   case-insensitively, like Spark's). Table-valued generator functions (``range``,
+   ``explode``, ``inline``, ``stack``...) are allowed; other table functions are not.
+4. It reads the source view at least once: a query that doesn't produces a batch DataFrame,
+   and ``writeStream`` refuses those.
+5. Only when ``columns`` is given: column references that certainly cannot resolve.
+
+The column check is deliberately conservative: it must never reject SQL that Spark accepts,
+so it only reports a name when it can enumerate everything the name could resolve to. For
+each SELECT it collects the columns of its sources (``columns`` for the view; the output
+names of a CTE or derived table), the aliases its select list defines, and, for correlated
+subqueries, the same of the enclosing queries; a reference matching none of these is
+reported, with a suggestion. It understands qualified names (``s.amount``), struct field
+access (``payload.id``), lambda variables (``transform(xs, x -> x + 1)``), lateral column
+aliases (visible to the projections on their right), aliases and output names in GROUP BY /
+HAVING / ORDER BY (not in WHERE or ON, like Spark), ``GROUP BY window(...)`` and its
+``window`` column, ``LATERAL VIEW ... t AS x``, ``*`` and ``t.*``.
+
+It does not catch (it accepts):
+
+* anything in a SELECT whose sources have unknown columns: a table function, a
+  ``LATERAL VIEW`` without column aliases, a PIVOT / UNPIVOT, VALUES without column aliases,
+  or a CTE / derived table with an unaliased computed column (Spark names those after their
+  SQL text, e.g. ``upper(value)``); unknown names in ORDER BY / GROUP BY / HAVING / SORT BY /
+  CLUSTER BY / DISTRIBUTE BY of a SELECT with such a column;
+* struct fields (``payload.nope``), ambiguous names, names in ``* EXCEPT (...)``, function
+  names, types, aggregation rules: whatever needs Spark's analyzer and the column types;
+* lateral aliases and enclosing-query aliases used where Spark doesn't allow them (more
+  names are accepted than Spark would resolve, never fewer).
+
+Differences that come from sqlglot's parser rather than from these checks:
+
+* sqlglot accepts a few malformed queries that Spark rejects (``SELECT a,, b``).
+* It rejects a few unusual forms that Spark accepts: ``TABLE source``; keywords used as
+  unquoted column names (``inner``, ``values``, ``for``...; the message suggests back-quotes);
+  nested variant paths (``v:a.b``). ``window(...)`` as a function call is handled here.
+
+Stricter than Spark on purpose: rules 2 and 4 (Spark happily runs ``SELECT 1`` or ``SHOW
+TABLES``, but neither is a streaming transform).
+
+Everything here is plain Python plus sqlglot: no Django, no Celery, no PySpark.
+"""
 
 from __future__ import annotations
 
+import difflib
+import itertools
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TypeAlias
+
+from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ErrorLevel, ParseError, TokenError
+from sqlglot.tokens import Token, TokenType
+
+__all__ = ["SQLError", "check_transform_sql"]
+
 
 class SQLError(ValueError):
-    pass
+    """Transform SQL that would fail in Spark; ``str(error)`` is written for the user."""
 
 
-def check_transform_sql(sql, *, source_view="source", columns=None):
-    return None
+def check_transform_sql(
+    sql: str, *, source_view: str = "source", columns: Sequence[str] | None = None
+) -> None:
+    """Raise SQLError unless ``sql`` is one query reading only ``source_view``.
+
+    ``columns``, the source view's column names, enables the (conservative) check of column
+    references described in the module docstring.
+    """
+    statements = _parse(sql)
+    if not statements:
+        raise SQLError(
+            "transform SQL is empty: expected a query such as "  # noqa: S608 (a message, not SQL)
+            f"SELECT * FROM {source_view}"
+        )
+    if len(statements) > 1:
+        raise SQLError(
+            f"transform SQL must be a single query, but it has {len(statements)} statements "
+            "separated by ';'"
+        )
+    statement = statements[0]
+    if not isinstance(statement, _QUERY_TYPES):
+        raise SQLError(
+            f"transform SQL must be a query (SELECT ...), not {_statement_kind(statement)}"
+        )
+    checker = _Checker(sql, source_view, columns)
+    checker.query(statement, {}, None)
+    checker.check_remaining_tables(statement)
+    if not checker.reads_view:
+        raise SQLError(
+            f"transform never reads the view '{source_view}'; a streaming transform must select "
+            f"FROM {source_view}"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing
+
+_DIALECT = Dialect.get_or_raise("spark")
+_QUERY_TYPES = (exp.Select, exp.SetOperation, exp.Subquery, exp.Values)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_TOKEN_REPR = re.compile(r"<Token token_type: [\w.]+, text: (.*?), line: .*?>")
+_KEYWORDS = frozenset(_DIALECT.tokenizer_class.KEYWORDS)
+
+
+def _parse(sql: str) -> list[exp.Expr]:
+    try:
+        tokens = _DIALECT.tokenize(sql)
+    except TokenError as e:
+        raise SQLError(_token_error_message(sql, e)) from None
+    _treat_keyword_calls_as_functions(tokens)
+    try:
+        parsed = _DIALECT.parser(error_level=ErrorLevel.RAISE).parse(tokens, sql)
+    except ParseError as e:
+        raise SQLError(_parse_error_message(e)) from None
+    return [statement for statement in parsed if statement is not None]
+
+
+def _treat_keyword_calls_as_functions(tokens: list[Token]) -> None:
+    """Read ``window(ts, '5 minutes')`` as a function call, as Spark does.
+
+    sqlglot reads WINDOW as the keyword of a named-window clause, so ``GROUP BY window(...)``,
+    the usual streaming aggregation, would not parse. A WINDOW directly followed by ``(``
+    can only be the function.
+    """
+    for token, following in itertools.pairwise(tokens):
+        if token.token_type == TokenType.WINDOW and following.token_type == TokenType.L_PAREN:
+            token.token_type = TokenType.VAR
+
+
+def _line_and_column(sql: str, offset: int) -> tuple[int, int]:
+    line = sql.count("\n", 0, offset) + 1
+    return line, offset - (sql.rfind("\n", 0, offset) + 1) + 1
+
+
+def _token_error_message(sql: str, error: TokenError) -> str:
+    """sqlglot's tokenizer errors carry no position; find the unterminated literal ourselves."""
+    i, n = 0, len(sql)
+    while i < n:
+        if sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end + 1
+            continue
+        if sql.startswith("/*", i):
+            end = sql.find("*/", i + 2)
+            if end < 0:
+                line, column = _line_and_column(sql, i)
+                return f"comment opened with '/*' at line {line}, column {column} is never closed"
+            i = end + 2
+            continue
+        quote = sql[i]
+        if quote in "'\"`":
+            j = i + 1
+            while j < n and sql[j] != quote:
+                j += 2 if sql[j] == "\\" and quote != "`" else 1
+            if j >= n:
+                line, column = _line_and_column(sql, i)
+                what = "back-quoted name" if quote == "`" else "string"
+                return f"unterminated {what} starting at line {line}, column {column}"
+            i = j + 1
+            continue
+        i += 1
+    detail = _ANSI.sub("", str(error)).strip()
+    return f"transform SQL could not be read: {detail}"
+
+
+def _parse_error_message(error: ParseError) -> str:
+    if not error.errors:
+        return f"syntax error: {_ANSI.sub('', str(error)).strip()}"
+    first = error.errors[0]
+    description = str(first.get("description") or "invalid syntax")
+    highlight = str(first.get("highlight") or "")
+    line, column = first.get("line"), first.get("col")
+    at_end = not str(first.get("end_context") or "").strip()
+    if description.startswith("Required keyword"):  # the parser wanted more
+        description = "the statement is incomplete" if at_end else "unexpected token"
+    elif description.startswith("Invalid expression"):
+        description = "unexpected token"
+    elif description.startswith("Expecting "):
+        description = f"expected '{description.removeprefix('Expecting ')}'"
+    description = re.sub(r"<class '[\w.]+\.(\w+)'>", r"\1", description)
+    description = _TOKEN_REPR.sub(lambda m: repr(m.group(1)), description)
+    if highlight.upper() in _KEYWORDS and description == "unexpected token":
+        description += f" (if '{highlight}' is a column name, back-quote it: `{highlight}`)"
+    where = ""
+    if isinstance(line, int) and isinstance(column, int):
+        # sqlglot reports the column of the highlighted token's last character.
+        if highlight and "\n" not in highlight:
+            column = max(1, column - len(highlight) + 1)
+        where = f" at line {line}, column {column}"
+    near = f" near '{highlight}'" if highlight else ""
+    return f"syntax error{where}{near}: {description}"
+
+
+_STATEMENT_KINDS: dict[type[exp.Expr], str] = {
+    exp.Insert: "INSERT",
+    exp.Update: "UPDATE",
+    exp.Delete: "DELETE",
+    exp.Merge: "MERGE",
+    exp.Create: "CREATE",
+    exp.Drop: "DROP",
+    exp.Alter: "ALTER",
+    exp.Set: "SET",
+    exp.Use: "USE",
+    exp.Describe: "DESCRIBE",
+    exp.Cache: "CACHE TABLE",
+    exp.Uncache: "UNCACHE TABLE",
+}
+
+
+def _statement_kind(statement: exp.Expr) -> str:
+    for kind, name in _STATEMENT_KINDS.items():
+        if isinstance(statement, kind):
+            return f"{_article(name)} {name} statement"
+    if isinstance(statement, exp.Command):
+        name = statement.name.upper()
+        return f"{_article(name)} {name} command"
+    if isinstance(statement, exp.DDL | exp.DML):
+        name = type(statement).__name__.upper()
+        return f"{_article(name)} {name} statement"
+    return "an expression"
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "AEIO" or word.startswith(("UN", "UP")) else "a"
+
+
+# --------------------------------------------------------------------------------------------
+# Tables and columns
+
+# Table-valued functions that only generate rows from their arguments: harmless in a transform.
+_GENERATOR_FUNCTIONS = frozenset(
+    {
+        "range",
+        "explode",
+        "explode_outer",
+        "posexplode",
+        "posexplode_outer",
+        "inline",
+        "inline_outer",
+        "stack",
+        "json_tuple",
+        "variant_explode",
+        "variant_explode_outer",
+    }
+)
+# How a temporary view may be named: "source", "session.source" or "system.session.source".
+_TEMP_VIEW_QUALIFIERS = ([], ["session"], ["system", "session"])
+# Unqualified names Spark resolves without a column: niladic functions written without "()".
+_BUILTIN_NAMES = frozenset(
+    {"current_date", "current_timestamp", "current_user", "current_time", "user", "session_user"}
+)
+# Units Spark reads as keywords in timestampadd(HOUR, ...), datediff(DAY, ...) and friends.
+_DATETIME_UNITS = frozenset(
+    {
+        "year",
+        "years",
+        "quarter",
+        "quarters",
+        "month",
+        "months",
+        "week",
+        "weeks",
+        "day",
+        "days",
+        "dayofyear",
+        "hour",
+        "hours",
+        "minute",
+        "minutes",
+        "second",
+        "seconds",
+        "millisecond",
+        "milliseconds",
+        "microsecond",
+        "microseconds",
+        "nanosecond",
+        "nanoseconds",
+    }
+)
+# Grouping functions whose result Spark names after the function: GROUP BY window(...) makes
+# the column "window" (with .start and .end) available to the select list.
+_NAMED_GROUPING_FUNCTIONS = frozenset({"window", "session_window"})
+# Clauses that may refer to the select list's aliases and output names.
+_OUTPUT_CLAUSES = (
+    "group",
+    "having",
+    "qualify",
+    "windows",
+    "distribute",
+    "sort",
+    "cluster",
+    "order",
+)
+
+# The names a query makes available: None when they cannot all be known.
+_Names: TypeAlias = frozenset[str] | None
+
+
+@dataclass
+class _Scope:
+    """What an unqualified or qualified column name can refer to inside one SELECT."""
+
+    parent: _Scope | None
+    sources: dict[str, _Names] = field(default_factory=dict)  # alias -> its column names
+    names: _Names = frozenset()  # the union of the sources' columns
+    aliases: frozenset[str] = frozenset()  # select-list aliases and output names
+    opaque_outputs: bool = False  # the select list has columns named after their SQL text
+
+    def resolves(self, name: str, visible: frozenset[str]) -> bool:
+        """Whether ``name`` can be a column here, given the aliases ``visible`` to the clause.
+
+        Enclosing queries contribute their columns and all their aliases: more than Spark
+        allows, which is the safe direction for a check that must not reject valid SQL.
+        """
+        if self.names is None or name in self.names or name in visible:
+            return True
+        scope = self.parent
+        while scope is not None:
+            if scope.names is None or name in scope.names or name in scope.aliases:
+                return True
+            scope = scope.parent
+        return False
+
+    def source(self, alias: str) -> tuple[bool, _Names]:
+        scope: _Scope | None = self
+        while scope is not None:
+            if alias in scope.sources:
+                return True, scope.sources[alias]
+            scope = scope.parent
+        return False, None
+
+    def candidates(self, visible: frozenset[str]) -> list[str]:
+        """The names ``resolves`` accepts, for suggestions."""
+        out = set(self.names or ()) | visible
+        scope = self.parent
+        while scope is not None:
+            out |= scope.names or set()
+            out |= scope.aliases
+            scope = scope.parent
+        return sorted(out)
+
+
+class _Checker:
+    """Walks one query, checking the tables it reads and, optionally, its column references."""
+
+    def __init__(self, sql: str, source_view: str, columns: Sequence[str] | None) -> None:
+        self.sql = sql
+        self.view = source_view
+        self.view_key = source_view.lower()
+        self.columns: _Names = None if columns is None else frozenset(c.lower() for c in columns)
+        self.check_columns = columns is not None
+        self.reads_view = False
+        self.seen_tables: set[int] = set()
+        self.cte_names: set[str] = set()
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def query(self, node: exp.Expr, ctes: dict[str, _Names], outer: _Scope | None) -> _Names:
+        """Check a query and return the names of its output columns (None if unknown)."""
+        ctes = self.with_clause(node, ctes, outer)
+        if isinstance(node, exp.Subquery):
+            return self.query(node.this, ctes, outer)
+        if isinstance(node, exp.SetOperation):
+            left = self.query(node.left, ctes, outer)
+            right = self.query(node.right, ctes, outer)
+            # ORDER BY / LIMIT after a UNION see the output names (Spark takes the left's).
+            both = None if left is None or right is None else left | right
+            scope = _Scope(outer, names=both)
+            for key in ("order", "limit", "offset"):
+                self.expressions(node.args.get(key), scope, ctes, key, frozenset())
+            return left
+        if isinstance(node, exp.Select):
+            return self.select(node, ctes, outer)
+        return None  # VALUES, or something sqlglot parsed that this module doesn't model
+
+    def with_clause(
+        self, node: exp.Expr, ctes: dict[str, _Names], outer: _Scope | None
+    ) -> dict[str, _Names]:
+        with_ = node.args.get("with_")
+        if not isinstance(with_, exp.With):
+            return ctes
+        ctes = dict(ctes)
+        for cte in with_.expressions:
+            name = cte.alias_or_name.lower()
+            self.cte_names.add(name)
+            if with_.args.get("recursive"):
+                ctes[name] = None
+            names = self.query(cte.this, ctes, outer)
+            ctes[name] = self.aliased(cte.args.get("alias"), names)
+        return ctes
+
+    @staticmethod
+    def aliased(alias: exp.Expr | None, names: _Names) -> _Names:
+        """A ``name(col1, col2)`` alias renames the columns."""
+        if isinstance(alias, exp.TableAlias) and alias.columns:
+            return frozenset(c.name.lower() for c in alias.columns)
+        return names
+
+    def select(self, node: exp.Select, ctes: dict[str, _Names], outer: _Scope | None) -> _Names:
+        scope = _Scope(outer)
+        from_ = node.args.get("from_")
+        items = [from_.this] if isinstance(from_, exp.From) else []
+        items += [join.this for join in node.args.get("joins") or []]
+        for item in items:
+            alias, names = self.source(item, ctes, scope)
+            scope.sources[alias.lower()] = names
+        union: set[str] = set()
+        for names in scope.sources.values():
+            if names is None:
+                scope.names = None
+                break
+            union |= names
+        else:
+            scope.names = frozenset(union)
+        for lateral in node.args.get("laterals") or []:  # LATERAL VIEW explode(xs) t AS x
+            names = self.aliased(lateral.args.get("alias"), None)
+            if lateral.alias:
+                scope.sources[lateral.alias.lower()] = names
+            scope.names = None if names is None or scope.names is None else scope.names | names
+
+        outputs, scope.opaque_outputs = self.outputs(node, scope)
+        # Lateral column aliases: a projection sees the aliases defined to its left, and the
+        # column a window(...) / session_window(...) grouping produces.
+        defined = {
+            call.name.lower()
+            for call in self.walk(node)
+            if isinstance(call, exp.Anonymous) and call.name.lower() in _NAMED_GROUPING_FUNCTIONS
+        }
+        visible_to: list[frozenset[str]] = []
+        for projection in node.expressions:
+            visible_to.append(frozenset(defined))
+            if isinstance(projection, exp.Alias):
+                defined.add(projection.alias.lower())
+            elif isinstance(projection, exp.Aliases):
+                defined |= {e.name.lower() for e in projection.expressions}
+        # GROUP BY, HAVING, ORDER BY... also see output names, e.g. "id" for payload.id.
+        scope.aliases = frozenset(defined | (outputs or set()))
+
+        for projection, visible in zip(node.expressions, visible_to, strict=True):
+            self.expressions(projection, scope, ctes, "select", visible)
+        none: frozenset[str] = frozenset()
+        for join in node.args.get("joins") or []:
+            self.expressions(join.args.get("on"), scope, ctes, "on", none)
+        for lateral in node.args.get("laterals") or []:
+            self.expressions(lateral.this, scope, ctes, "lateral", none)
+        self.expressions(node.args.get("where"), scope, ctes, "where", none)
+        for key in _OUTPUT_CLAUSES:
+            self.expressions(node.args.get(key), scope, ctes, key, scope.aliases)
+        return outputs
+
+    def source(self, item: exp.Expr, ctes: dict[str, _Names], scope: _Scope) -> tuple[str, _Names]:
+        """Check one FROM / JOIN item, returning its alias and column names."""
+        alias = item.alias
+        names: _Names = None
+        if isinstance(item, exp.Table):
+            self.seen_tables.add(id(item))
+            alias = alias or item.name
+            if isinstance(item.this, exp.Func):
+                self.table_function(item.this)
+            else:
+                names = self.table(item, ctes)
+        elif isinstance(item, exp.Subquery):
+            names = self.query(item, ctes, scope.parent)
+        elif isinstance(item, exp.Lateral) and isinstance(item.this, exp.Subquery):
+            # A LATERAL subquery sees the preceding FROM items; don't check its columns.
+            self.query(item.this, ctes, _Scope(scope, names=None))
+        # Anything else (VALUES, UNNEST, LATERAL VIEW-like functions) has unknown columns; the
+        # tables inside it, if any, are left to check_remaining_tables.
+        if item.args.get("pivots"):
+            names = None
+        return alias, self.aliased(item.args.get("alias"), names)
+
+    def table(self, table: exp.Table, ctes: dict[str, _Names]) -> _Names:
+        name = table.name.lower()
+        qualifier = [part.name.lower() for part in table.parts[:-1]]
+        if not qualifier and name in ctes:
+            return ctes[name]
+        if name == self.view_key and qualifier in _TEMP_VIEW_QUALIFIERS:
+            self.reads_view = True
+            return self.columns
+        raise SQLError(
+            f"transform reads table '{_table_name(table)}'; only the view '{self.view}' is "
+            "available"
+        )
+
+    def table_function(self, function: exp.Func) -> None:
+        name = function.name if isinstance(function, exp.Anonymous) else function.sql_name()
+        if name.lower() not in _GENERATOR_FUNCTIONS:
+            raise SQLError(
+                f"transform calls the table function '{name.lower()}'; it may only read the "
+                f"view '{self.view}'"
+            )
+
+    def check_remaining_tables(self, statement: exp.Expr) -> None:
+        """Check tables in places this walker doesn't model, by name only."""
+        for table in statement.find_all(exp.Table):
+            if id(table) in self.seen_tables or table.find_ancestor(exp.Hint):
+                continue
+            if isinstance(table.this, exp.Func):
+                self.table_function(table.this)
+                continue
+            if len(table.parts) > 1 or table.name.lower() not in self.cte_names:
+                self.table(table, {})
+
+    def outputs(self, node: exp.Select, scope: _Scope) -> tuple[_Names, bool]:
+        """The select list's output names, and whether some are generated from SQL text."""
+        out: set[str] = set()
+        opaque = False
+        unknown = False
+        for projection in node.expressions:
+            if isinstance(projection, exp.Star):
+                own = scope.names
+                unknown = unknown or own is None
+                out |= own or set()
+            elif isinstance(projection, exp.Column) and isinstance(projection.this, exp.Star):
+                found, names = scope.source(projection.table.lower())
+                unknown = unknown or not found or names is None
+                out |= names or set()
+            elif isinstance(projection, exp.Alias):
+                out.add(projection.alias.lower())
+            elif isinstance(projection, exp.Aliases):
+                out |= {e.name.lower() for e in projection.expressions}
+            elif isinstance(projection, exp.Column):
+                out.add(projection.name.lower())
+            else:
+                opaque = True
+        return (None if unknown or opaque else frozenset(out)), opaque
+
+    # -- expressions -------------------------------------------------------------------------
+
+    @staticmethod
+    def walk(node: exp.Expr) -> Iterator[exp.Expr]:
+        """The nodes of one SELECT, without descending into nested queries."""
+        stack = [node]
+        while stack:
+            current = stack.pop()
+            yield current
+            for child in current.iter_expressions():
+                if not isinstance(child, exp.Query | exp.Subquery):
+                    stack.append(child)
+
+    def expressions(
+        self,
+        node: exp.Expr | list | None,
+        scope: _Scope,
+        ctes: dict[str, _Names],
+        clause: str,
+        visible: frozenset[str],
+    ) -> None:
+        """Check the column references in one clause; ``visible``: the aliases it may use."""
+        if node is None:
+            return
+        if isinstance(node, list):
+            for item in node:
+                self.expressions(item, scope, ctes, clause, visible)
+            return
+        stack: list[tuple[exp.Expr, frozenset[str]]] = [(node, frozenset())]
+        while stack:
+            current, bound = stack.pop()
+            if isinstance(current, exp.Query | exp.Subquery):
+                self.query(current, ctes, scope)  # scalar, IN or EXISTS subquery
+                continue
+            if isinstance(current, exp.Column):
+                self.column(current, scope, clause, bound | visible)
+                continue
+            if isinstance(current, exp.Hint | exp.DataType | exp.Star):
+                continue
+            if isinstance(current, exp.Lambda):
+                bound = bound | {e.name.lower() for e in current.expressions}
+            stack.extend((child, bound) for child in current.iter_expressions())
+
+    def column(
+        self, column: exp.Column, scope: _Scope, clause: str, visible: frozenset[str]
+    ) -> None:
+        """Check one column reference; ``visible``: the aliases and lambda variables in scope."""
+        if not self.check_columns or isinstance(column.this, exp.Star):
+            return
+        parts = column.parts
+        first = parts[0].name.lower()
+        if len(parts) > 1:
+            found, names = scope.source(first)
+            if found:
+                field_name = parts[1].name.lower()
+                if names is None or field_name in names or scope.resolves(first, visible):
+                    return
+                raise SQLError(
+                    f"unknown column '{column.sql(dialect='spark')}' {self.at(parts[1])}: "
+                    f"'{parts[0].name}' has no column '{parts[1].name}'"
+                    + _suggest(field_name, sorted(names))
+                )
+            if first == self.view_key or (len(parts) > 2 and not scope.resolves(first, visible)):
+                return  # maybe a qualified table name (spark_catalog.default.t.c): let Spark say
+        if first in visible or scope.resolves(first, visible) or first in _BUILTIN_NAMES:
+            return
+        if clause in _OUTPUT_CLAUSES and scope.opaque_outputs:
+            return
+        if first in _DATETIME_UNITS and isinstance(column.parent, exp.Func):
+            return
+        written = parts[0].name
+        inside = f" (in '{column.sql(dialect='spark')}')" if len(parts) > 1 else ""
+        raise SQLError(
+            f"unknown column '{written}'{inside} {self.at(parts[0])}"
+            + _suggest(first, scope.candidates(visible))
+        )
+
+    def at(self, identifier: exp.Expr) -> str:
+        start = identifier.meta.get("start") if identifier.meta else None
+        if not isinstance(start, int):
+            return "in the transform"
+        line, column = _line_and_column(self.sql, start)
+        return f"at line {line}, column {column}"
+
+
+def _table_name(table: exp.Table) -> str:
+    return ".".join(part.name for part in table.parts)
+
+
+def _suggest(name: str, candidates: list[str]) -> str:
+    candidates = [c for c in candidates if c != name]
+    close = difflib.get_close_matches(name, candidates, n=1)
+    if close:
+        return f"; did you mean '{close[0]}'?"
+    if candidates and len(candidates) <= 12:
+        return f"; available: {', '.join(candidates)}"
+    return ""

@@ -1,0 +1,385 @@
+"""A Kafka streaming source for PySpark's Python Data Source API, on kafka-python.
+
+Spark's own Kafka connector is a JVM jar that cannot be installed everywhere; this source
+needs only Python. It keeps Kafka offsets in Spark's checkpoint (so a restarted query resumes
+exactly where the last committed batch ended), limits batch size through admission control
+(`ReadMaxRows`), splits large offset ranges so that every core works, and returns Arrow
+record batches. Partition assignment is explicit (`assign`), never consumer-group based.
+
+Registered under the name `cp_kafka` (Spark reserves `kafka`). Options (all strings):
+
+| option | meaning |
+| --- | --- |
+| `topics` | comma-separated topic names |
+| `config_file` | JSON file of kafka-python client arguments (may hold secrets: mode 0600) |
+| `bootstrap_servers` | instead of `config_file`, for a cluster without credentials |
+| `starting_offsets` | `earliest`, `latest` or JSON `{"t": {"0": 42}}` (-2 earliest, -1 latest) |
+| `max_records_per_batch` | admission control: at most this many records per micro-batch |
+| `fail_on_data_loss` | `true`: fail when records were deleted before being read |
+| `min_partitions` | cut a batch into at least this many input partitions (default 2) |
+| `max_split_records` | and none larger than this (default 200000) |
+| `poll_timeout_ms` | how long a read may wait for records it knows exist (default 120000) |
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+
+from .offsets import Offsets, Range, cap, flatten, nest, split
+
+log = logging.getLogger("jobs.kafka")
+
+NAME = "cp_kafka"
+SCHEMA = "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP"
+ARROW_BATCH_ROWS = 20_000
+EARLIEST, LATEST = -2, -1
+
+
+class DataLossError(RuntimeError):
+    """Records the query should have read were deleted (retention, truncation) first."""
+
+
+class KafkaSourceOptions:
+    """The source's options, parsed once, with errors that name the option."""
+
+    def __init__(self, options: dict[str, str]):
+        self.topics = [t.strip() for t in options.get("topics", "").split(",") if t.strip()]
+        if not self.topics:
+            raise ValueError("cp_kafka: option 'topics' is required")
+        self.client_config = self._client_config(options)
+        self.starting_offsets = options.get("starting_offsets", "latest")
+        self.max_records_per_batch = _int_option(options, "max_records_per_batch", 0) or None
+        self.fail_on_data_loss = options.get("fail_on_data_loss", "true").lower() == "true"
+        self.min_partitions = _int_option(options, "min_partitions", 2)
+        self.max_split_records = _int_option(options, "max_split_records", 200_000)
+        self.poll_timeout_ms = _int_option(options, "poll_timeout_ms", 120_000)
+
+    @staticmethod
+    def _client_config(options: dict[str, str]) -> dict[str, Any]:
+        if options.get("config_file"):
+            with open(options["config_file"]) as f:
+                return json.load(f)
+        if options.get("bootstrap_servers"):
+            return {"bootstrap_servers": options["bootstrap_servers"].split(",")}
+        raise ValueError("cp_kafka: set option 'config_file' or 'bootstrap_servers'")
+
+
+def _int_option(options: dict[str, str], name: str, default: int) -> int:
+    raw = options.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"cp_kafka: option {name!r} must be a whole number, got {raw!r}") from None
+
+
+class KafkaDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema) -> KafkaStreamReader:
+        return KafkaStreamReader(KafkaSourceOptions(dict(self.options)))
+
+
+class KafkaRangePartition(InputPartition):
+    """One offset range to read, with what a Python worker needs to read it."""
+
+    def __init__(self, piece: Range, client_config: dict, fail_on_data_loss: bool, timeout: int):
+        super().__init__(piece)
+        self.range = piece
+        self.client_config = client_config
+        self.fail_on_data_loss = fail_on_data_loss
+        self.poll_timeout_ms = timeout
+
+    def __repr__(self) -> str:  # never print the client config: it may hold secrets
+        r = self.range
+        return f"KafkaRangePartition({r.topic}-{r.partition} [{r.start}, {r.end}))"
+
+
+class KafkaStreamReader(DataSourceStreamReader):
+    """Runs on the driver, in one long-lived process: its metadata consumer is reused."""
+
+    def __init__(self, options: KafkaSourceOptions):
+        self.options = options
+        self._consumer = None
+        self._lock = threading.Lock()
+        self._latest: Offsets | None = None
+
+    def __getstate__(self) -> dict:
+        # Spark pickles the reader to ship read() to Python workers: drop the driver's clients.
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["options"])
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        starting = self.options.starting_offsets
+        partitions = self._partitions()
+        if starting in ("earliest", "latest"):
+            ends = self._beginning(partitions) if starting == "earliest" else self._end(partitions)
+            return nest(ends)
+        requested = flatten(json.loads(starting))
+        earliest = self._beginning(partitions)
+        latest = self._end(partitions)
+        out = {}
+        for tp in partitions:
+            wanted = requested.get(tp, EARLIEST)
+            out[tp] = {EARLIEST: earliest[tp], LATEST: latest[tp]}.get(wanted, wanted)
+        return nest(out)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_records_per_batch:
+            return ReadMaxRows(self.options.max_records_per_batch)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        partitions = self._partitions()
+        begin = flatten(start)
+        new = [tp for tp in partitions if tp not in begin]
+        if new:
+            # Partitions added to a topic are read from their beginning, as Spark does.
+            log.info("cp_kafka: new partitions %s", sorted(new))
+            begin.update(self._beginning(new))
+        latest = nest(self._end(partitions))
+        self._latest = latest
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return cap(nest(begin), latest, max_rows)
+
+    def reportLatestOffset(self) -> dict | None:
+        return self._latest
+
+    def partitions(self, start: dict, end: dict) -> list[KafkaRangePartition]:
+        begin = flatten(start)
+        new = [tp for tp in flatten(end) if tp not in begin]
+        if new:
+            # Partitions discovered by latestOffset() start at their beginning.
+            begin.update(self._beginning(new))
+        pieces = split(
+            nest(begin),
+            end,
+            min_splits=self.options.min_partitions,
+            max_split_records=self.options.max_split_records,
+        )
+        return [
+            KafkaRangePartition(
+                piece,
+                self.options.client_config,
+                self.options.fail_on_data_loss,
+                self.options.poll_timeout_ms,
+            )
+            for piece in pieces
+        ]
+
+    def read(self, partition: KafkaRangePartition) -> Iterator:
+        return read_range(partition)
+
+    def commit(self, end: dict) -> None:
+        pass  # offsets live in Spark's checkpoint; nothing to commit to Kafka
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
+
+    # -- Kafka metadata ----------------------------------------------------------------------
+
+    def _metadata_consumer(self):
+        from kafka import KafkaConsumer
+
+        if self._consumer is None:
+            self._consumer = KafkaConsumer(
+                **self.options.client_config,
+                enable_auto_commit=False,
+                max_partition_fetch_bytes=1024,
+                fetch_max_wait_ms=10,
+            )
+        return self._consumer
+
+    def _partitions(self) -> list[tuple[str, int]]:
+        with self._lock:
+            consumer = self._metadata_consumer()
+            out = []
+            for topic in self.options.topics:
+                found = consumer.partitions_for_topic(topic)
+                if not found:
+                    # Metadata may lag topic creation: ask once more before saying it is missing.
+                    consumer._client.cluster.request_update()
+                    consumer._client.poll(timeout_ms=500)
+                    found = consumer.partitions_for_topic(topic) or set()
+                out += [(topic, p) for p in sorted(found)]
+            return out
+
+    def _beginning(self, partitions) -> dict[tuple[str, int], int]:
+        from kafka import TopicPartition
+
+        with self._lock:
+            result = self._metadata_consumer().beginning_offsets(
+                [TopicPartition(t, p) for t, p in partitions]
+            )
+        return {(tp.topic, tp.partition): o for tp, o in result.items()}
+
+    def _end(self, partitions) -> dict[tuple[str, int], int]:
+        """Log end offsets, confirmed by a fetch's high watermark.
+
+        ListOffsets(latest) can under-report on some brokers (Tansu 0.6 misses most of the last
+        record batch); the high watermark a fetch returns is authoritative, so one small fetch
+        at the reported end checks it.
+        """
+        from kafka import TopicPartition
+
+        if not partitions:
+            return {}
+        tps = [TopicPartition(t, p) for t, p in partitions]
+        with self._lock:
+            consumer = self._metadata_consumer()
+            listed = consumer.end_offsets(tps)
+            consumer.assign(tps)
+            for tp in tps:
+                consumer.seek(tp, listed[tp])
+            consumer.poll(timeout_ms=100, max_records=1, update_offsets=False)
+            out = {}
+            for tp in tps:
+                hw = consumer.highwater(tp)
+                out[(tp.topic, tp.partition)] = max(listed[tp], hw if hw is not None else 0)
+            return out
+
+
+# -- reading, in Python workers -------------------------------------------------------------
+
+_consumers: dict[str, Any] = {}
+_consumers_lock = threading.Lock()
+
+
+def _worker_consumer(client_config: dict):
+    """A consumer per client configuration, kept across batches in the reused Python worker."""
+    from kafka import KafkaConsumer
+
+    key = json.dumps(client_config, sort_keys=True)
+    with _consumers_lock:
+        consumer = _consumers.get(key)
+        if consumer is None:
+            consumer = KafkaConsumer(
+                **client_config,
+                enable_auto_commit=False,
+                auto_offset_reset="none",
+                fetch_max_wait_ms=10,  # Tansu returns nothing with 0
+                max_partition_fetch_bytes=8 * 1024 * 1024,
+                fetch_max_bytes=64 * 1024 * 1024,
+                max_poll_records=50_000,
+            )
+            _consumers[key] = consumer
+        return consumer
+
+
+def read_range(partition: KafkaRangePartition) -> Iterator:
+    import pyarrow as pa
+    from kafka import TopicPartition
+    from kafka.errors import OffsetOutOfRangeError
+
+    r = partition.range
+    tp = TopicPartition(r.topic, r.partition)
+    consumer = _worker_consumer(partition.client_config)
+    consumer.assign([tp])
+    consumer.seek(tp, r.start)
+    schema = pa.schema(
+        [
+            ("key", pa.binary()),
+            ("value", pa.binary()),
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("timestamp", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+    keys: list = []
+    values: list = []
+    offsets: list = []
+    stamps: list = []
+
+    def batch():
+        n = len(offsets)
+        arrays = [
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array([r.topic] * n, pa.string()),
+            pa.array([r.partition] * n, pa.int32()),
+            pa.array(offsets, pa.int64()),
+            pa.array(stamps, pa.timestamp("us", tz="UTC")),
+        ]
+        keys.clear(), values.clear(), offsets.clear(), stamps.clear()
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    expected = r.start
+    deadline = time.monotonic() + partition.poll_timeout_ms / 1000
+    while expected < r.end:
+        try:
+            records = consumer.poll(timeout_ms=200, max_records=50_000).get(tp, [])
+        except OffsetOutOfRangeError:
+            records = []
+            expected = _skip_lost(consumer, tp, expected, r, partition.fail_on_data_loss)
+            consumer.seek(tp, expected)
+            continue
+        for record in records:
+            if record.offset >= r.end:
+                break
+            if record.offset < expected:
+                continue
+            keys.append(record.key)
+            values.append(record.value)
+            offsets.append(record.offset)
+            stamps.append(record.timestamp * 1000 if record.timestamp is not None else None)
+            expected = record.offset + 1
+        # Control records (transaction markers) and compaction leave gaps: the position, not
+        # the last record, says how far the log has been read.
+        expected = max(expected, min(consumer.position(tp), r.end))
+        if len(offsets) >= ARROW_BATCH_ROWS:
+            yield batch()
+        if records:
+            deadline = time.monotonic() + partition.poll_timeout_ms / 1000
+        elif time.monotonic() > deadline:
+            end = consumer.end_offsets([tp])[tp]
+            if end < r.end:
+                message = (
+                    f"{r.topic}-{r.partition}: log ends at {end} but the batch expected "
+                    f"records up to {r.end} (truncated or deleted)"
+                )
+                if partition.fail_on_data_loss:
+                    raise DataLossError(message)
+                log.warning("cp_kafka data loss (continuing): %s", message)
+                break
+            raise TimeoutError(
+                f"{r.topic}-{r.partition}: no records for {partition.poll_timeout_ms} ms "
+                f"at offset {expected} (< {r.end})"
+            )
+    if offsets:
+        yield batch()
+
+
+def _skip_lost(consumer, tp, expected: int, r: Range, fail: bool) -> int:
+    earliest = consumer.beginning_offsets([tp])[tp]
+    if earliest <= expected:
+        raise DataLossError(f"{r.topic}-{r.partition}: offset {expected} out of range")
+    message = (
+        f"{r.topic}-{r.partition}: records {expected}..{earliest - 1} were deleted before "
+        "they were read (retention?)"
+    )
+    if fail:
+        raise DataLossError(message + "; set fail_on_data_loss=false to skip them")
+    log.warning("cp_kafka data loss (continuing): %s", message)
+    return earliest

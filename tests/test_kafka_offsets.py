@@ -1,0 +1,94 @@
+"""Offset maths of the Kafka source: admission control and splitting (pure logic)."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jobs.kafka.offsets import Range, available, cap, flatten, split
+
+
+def test_without_a_limit_the_batch_takes_everything():
+    start = {"t": {"0": 5, "1": 0}}
+    latest = {"t": {"0": 10, "1": 7}}
+    assert cap(start, latest, None) == latest
+    assert cap(start, latest, 100) == latest
+
+
+def test_a_limit_is_shared_in_proportion_to_each_partition_backlog():
+    start = {"t": {"0": 0, "1": 0}}
+    latest = {"t": {"0": 900, "1": 100}}
+    assert cap(start, latest, 100) == {"t": {"0": 90, "1": 10}}
+
+
+def test_every_partition_with_a_backlog_makes_progress():
+    start = {"t": {"0": 0, "1": 0, "2": 0}}
+    latest = {"t": {"0": 1_000_000, "1": 1, "2": 0}}
+    end = cap(start, latest, 10)
+    assert end["t"]["1"] == 1
+    assert end["t"]["2"] == 0
+    assert available(start, end) == 10
+
+
+def test_new_partitions_missing_from_start_are_not_read_by_cap():
+    assert cap({"t": {"0": 0}}, {"t": {"0": 3, "1": 4}}, None) == {"t": {"0": 3, "1": 4}}
+
+
+def test_split_cuts_one_big_range_so_every_core_works():
+    pieces = split({"t": {"0": 0}}, {"t": {"0": 1000}}, min_splits=4, max_split_records=10**6)
+    assert [(p.start, p.end) for p in pieces] == [(0, 250), (250, 500), (500, 750), (750, 1000)]
+
+
+def test_split_respects_the_maximum_piece_size_and_skips_empty_ranges():
+    pieces = split(
+        {"a": {"0": 0, "1": 5}}, {"a": {"0": 25, "1": 5}}, min_splits=1, max_split_records=10
+    )
+    assert pieces == [Range("a", 0, 0, 9), Range("a", 0, 9, 18), Range("a", 0, 18, 25)]
+
+
+offsets = st.dictionaries(
+    st.integers(0, 5), st.tuples(st.integers(0, 10**6), st.integers(0, 10**6))
+)
+
+
+def _pair(draw):
+    return (
+        {"t": {str(p): lo for p, (lo, hi) in draw.items()}},
+        {"t": {str(p): lo + hi for p, (lo, hi) in draw.items()}},
+    )
+
+
+@given(offsets, st.one_of(st.none(), st.integers(1, 10**6)))
+def test_cap_never_exceeds_the_limit_nor_the_log_and_never_goes_back(parts, limit):
+    start, latest = _pair(parts)
+    end = cap(start, latest, limit)
+    for tp, offset in flatten(end).items():
+        assert flatten(start)[tp] <= offset <= flatten(latest)[tp]
+    taken = available(start, end)
+    backlog = available(start, latest)
+    assert taken == (backlog if limit is None else min(limit, backlog))
+
+
+small_offsets = st.dictionaries(
+    st.integers(0, 5), st.tuples(st.integers(0, 10**6), st.integers(0, 5000))
+)
+
+
+@given(small_offsets, st.integers(1, 8), st.integers(50, 10**5))
+def test_split_covers_each_range_exactly_once(parts, min_splits, max_records):
+    start, end = _pair(parts)
+    pieces = split(start, end, min_splits=min_splits, max_split_records=max_records)
+    covered: dict[int, list[tuple[int, int]]] = {}
+    for piece in pieces:
+        assert 0 < piece.size <= max_records
+        covered.setdefault(piece.partition, []).append((piece.start, piece.end))
+    for (_, partition), last in flatten(end).items():
+        first = flatten(start)[("t", partition)]
+        runs = sorted(covered.get(partition, []))
+        if first == last:
+            assert not runs
+            continue
+        assert runs[0][0] == first and runs[-1][1] == last
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(runs))
