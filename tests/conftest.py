@@ -7,6 +7,7 @@ when a service is missing: a missing service is a failed run, with a message say
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -38,6 +39,9 @@ def spark():
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
+
+    # py4j logs at INFO from a finaliser after pytest closed its streams: noise, not news.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
     session = (
         SparkSession.builder.master("local[2]")

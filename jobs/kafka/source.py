@@ -31,7 +31,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 from .offsets import Offsets, Range, cap, flatten, nest, split
 
@@ -41,6 +46,8 @@ NAME = "cp_kafka"
 SCHEMA = "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP"
 ARROW_BATCH_ROWS = 20_000
 EARLIEST, LATEST = -2, -1
+# How long a trigger may spend confirming log ends before trusting ListOffsets alone.
+END_OFFSET_CHECK_SECONDS = 2.0
 
 
 class DataLossError(RuntimeError):
@@ -109,7 +116,7 @@ class KafkaRangePartition(InputPartition):
         return f"KafkaRangePartition({r.topic}-{r.partition} [{r.start}, {r.end}))"
 
 
-class KafkaStreamReader(DataSourceStreamReader):
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Runs on the driver, in one long-lived process: its metadata consumer is reused."""
 
     def __init__(self, options: KafkaSourceOptions):
@@ -117,6 +124,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._consumer = None
         self._lock = threading.Lock()
         self._latest: Offsets | None = None
+        # Trigger.AvailableNow: the log ends recorded when the query started; never read past.
+        self._target: dict[tuple[str, int], int] | None = None
 
     def __getstate__(self) -> dict:
         # Spark pickles the reader to ship read() to Python workers: drop the driver's clients.
@@ -155,10 +164,16 @@ class KafkaStreamReader(DataSourceStreamReader):
             # Partitions added to a topic are read from their beginning, as Spark does.
             log.info("cp_kafka: new partitions %s", sorted(new))
             begin.update(self._beginning(new))
-        latest = nest(self._end(partitions))
-        self._latest = latest
+        ends = self._end(partitions)
+        self._latest = nest(ends)
+        if self._target is not None:
+            ends = {tp: min(o, self._target.get(tp, begin.get(tp, 0))) for tp, o in ends.items()}
+        latest = nest(ends)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return cap(nest(begin), latest, max_rows)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._end(self._partitions())
 
     def reportLatestOffset(self) -> dict | None:
         return self._latest
@@ -249,14 +264,24 @@ class KafkaStreamReader(DataSourceStreamReader):
         with self._lock:
             consumer = self._metadata_consumer()
             listed = consumer.end_offsets(tps)
+            first = consumer.beginning_offsets(tps)
             consumer.assign(tps)
+            # Fetch from one record before the listed end: the answer then always carries
+            # records, and with them a fresh high watermark for that partition.
+            waiting = set()
             for tp in tps:
-                consumer.seek(tp, listed[tp])
-            consumer.poll(timeout_ms=100, max_records=1, update_offsets=False)
-            out = {}
+                consumer.seek(tp, max(first[tp], listed[tp] - 1))
+                if listed[tp] > first[tp]:
+                    waiting.add(tp)
+            out = {(tp.topic, tp.partition): listed[tp] for tp in tps}
+            deadline = time.monotonic() + END_OFFSET_CHECK_SECONDS
+            while waiting and time.monotonic() < deadline:
+                for tp in consumer.poll(timeout_ms=50, update_offsets=False):
+                    waiting.discard(tp)
             for tp in tps:
                 hw = consumer.highwater(tp)
-                out[(tp.topic, tp.partition)] = max(listed[tp], hw if hw is not None else 0)
+                if hw is not None and tp not in waiting:
+                    out[(tp.topic, tp.partition)] = max(listed[tp], hw)
             return out
 
 
