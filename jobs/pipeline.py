@@ -1,0 +1,199 @@
+"""Turning a pipeline spec into a running Structured Streaming query.
+
+Kafka records are parsed with the spec's schema; a record that does not parse is never
+dropped and never kills the query: it becomes a dead letter, written in the same transaction
+as the batch's good rows. The transform runs over a view named `source`; the result goes to
+the Postgres sink exactly once (see jobs.sinks.postgres).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .sinks.postgres import Column, PostgresSink
+from .spec import PipelineSpec, parse_spec
+
+log = logging.getLogger("jobs.pipeline")
+
+CORRUPT = "_cp_corrupt"
+PARSED = "_cp_record"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a job needs, written by the control plane into the run directory (0600)."""
+
+    pipeline: str
+    spec: PipelineSpec
+    kafka: dict[str, Any]  # kafka-python client arguments, secrets included
+    postgres: dict[str, Any]  # psycopg.connect() arguments, password included
+    checkpoint: str
+    run_dir: str
+
+    @classmethod
+    def load(cls, path: str | Path) -> RunConfig:
+        data = json.loads(Path(path).read_text())
+        return cls(
+            pipeline=data["pipeline"],
+            spec=parse_spec(data["spec"]),
+            kafka=data["kafka"],
+            postgres=data["postgres"],
+            checkpoint=data["checkpoint"],
+            run_dir=data.get("run_dir") or str(Path(path).parent),
+        )
+
+    def kafka_config_file(self) -> str:
+        """The client config for the source, in a file only this user can read."""
+        path = Path(self.run_dir) / "kafka-client.json"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(self.kafka, f)
+        return str(path)
+
+
+def register_sources(spark) -> None:
+    from .kafka.source import KafkaDataSource
+
+    spark.dataSource.register(KafkaDataSource)
+
+
+def source_frame(spark, config: RunConfig):
+    """Raw Kafka rows: key, value, topic, partition, offset, timestamp."""
+    src = config.spec.source
+    if src.reader == "spark-kafka":
+        # Spark's JVM connector, where the cluster has it (spark-sql-kafka on the classpath).
+        reader = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", ",".join(config.kafka["bootstrap_servers"]))
+            .option("subscribe", ",".join(src.topics))
+            .option("failOnDataLoss", str(src.fail_on_data_loss).lower())
+            .option("maxOffsetsPerTrigger", str(src.max_records_per_batch))
+        )
+        starting = src.starting_offsets
+        reader = reader.option(
+            "startingOffsets", starting if isinstance(starting, str) else json.dumps(starting)
+        )
+        return reader.load().select("key", "value", "topic", "partition", "offset", "timestamp")
+    starting = src.starting_offsets
+    return (
+        spark.readStream.format("cp_kafka")
+        .option("topics", ",".join(src.topics))
+        .option("config_file", config.kafka_config_file())
+        .option("starting_offsets", starting if isinstance(starting, str) else json.dumps(starting))
+        .option("max_records_per_batch", str(src.max_records_per_batch))
+        .option("fail_on_data_loss", str(src.fail_on_data_loss).lower())
+        .option("min_partitions", str(spark.sparkContext.defaultParallelism))
+        .load()
+    )
+
+
+def parsed_frame(raw, spec: PipelineSpec):
+    """Kafka metadata plus the value parsed with the spec's schema, and a corrupt marker."""
+    from pyspark.sql import functions as F
+
+    schema = f"{spec.source.schema}, `{CORRUPT}` STRING"
+    return raw.select(
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "value",
+        F.from_json(
+            F.col("value").cast("string"),
+            schema,
+            {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT},
+        ).alias(PARSED),
+    )
+
+
+class BatchWriter:
+    """The foreachBatch function: split good rows from dead letters, transform, write once."""
+
+    def __init__(self, config: RunConfig):
+        self.config = config
+        spec = config.spec
+        self.sink = PostgresSink(
+            config.postgres,
+            pipeline=config.pipeline,
+            table=spec.sink.table,
+            mode=spec.sink.mode,
+            key=spec.sink.key,
+        )
+        self.tables_ready = False
+        self.parse_error = f"value does not parse as JSON with schema: {spec.source.schema}"
+        from .spec.ddl import parse_schema
+
+        self.columns = [f.name for f in parse_schema(spec.source.schema).fields]
+
+    def __call__(self, batch, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        spark = batch.sparkSession
+        batch = batch.persist()
+        try:
+            record = F.col(PARSED)
+            bad = record.isNull() | record[CORRUPT].isNotNull()
+            dead = batch.where(bad).select(
+                "topic",
+                "partition",
+                "offset",
+                "timestamp",
+                "value",
+                F.when(F.col("value").isNull(), F.lit("empty value (null)"))
+                .otherwise(F.lit(self.parse_error))
+                .alias("error"),
+            )
+            good = batch.where(~bad).select(*[record[c].alias(c) for c in self.columns])
+            good.createOrReplaceTempView("source")
+            transform = self.config.spec.transform
+            out = spark.sql(transform.sql) if transform else good
+            if not self.tables_ready:
+                self.sink.ensure_tables(
+                    [Column(f.name, f.dataType.simpleString()) for f in out.schema.fields]
+                )
+                self.tables_ready = True
+            rows = _to_arrow(out)
+            dead_rows = dead.toArrow()
+            self.sink.write(rows, batch_id, dead_letters=dead_rows)
+            log.info(
+                "batch %s: %s rows, %s dead letters", batch_id, rows.num_rows, dead_rows.num_rows
+            )
+        finally:
+            batch.unpersist()
+
+
+def _to_arrow(frame):
+    """Arrow rows for COPY: nested values become JSON text, binary becomes bytea hex."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, BinaryType, MapType, StructType
+
+    columns = []
+    for field in frame.schema.fields:
+        column = F.col(f"`{field.name}`")
+        if isinstance(field.dataType, ArrayType | MapType | StructType):
+            column = F.to_json(column)
+        elif isinstance(field.dataType, BinaryType):
+            column = F.concat(F.lit("\\x"), F.hex(column))
+        columns.append(column.alias(field.name))
+    return frame.select(*columns).toArrow()
+
+
+def start_query(spark, config: RunConfig, *, available_now: bool = False):
+    register_sources(spark)
+    raw = source_frame(spark, config)
+    writer = (
+        parsed_frame(raw, config.spec)
+        .writeStream.queryName(config.pipeline)
+        .foreachBatch(BatchWriter(config))
+        .option("checkpointLocation", config.checkpoint)
+    )
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{config.spec.trigger.interval_seconds} seconds")
+    return writer.start()
