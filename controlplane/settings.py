@@ -173,5 +173,18 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("CONTROLPLANE_LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
+        # sqlglot warns with the user's SQL in the message when it falls back to a Command.
+        "sqlglot": {"level": "ERROR"},
     },
 }
+
+# Spark jobs. Checkpoints are kept across runs (one directory per pipeline): deleting one
+# makes the next run start from the spec's starting_offsets.
+CONTROLPLANE_CHECKPOINT_ROOT = Path(
+    env_str("CONTROLPLANE_CHECKPOINT_ROOT", str(VAR_DIR / "checkpoints"))
+)
+CONTROLPLANE_RUNS_ROOT = Path(env_str("CONTROLPLANE_RUNS_ROOT", str(VAR_DIR / "runs")))
+SPARK_MASTER = env_str("SPARK_MASTER", "local[2]")
+SPARK_DRIVER_MEMORY = env_str("SPARK_DRIVER_MEMORY", "1g")
+# A graceful stop that has not finished after this long is turned into a kill.
+CONTROLPLANE_STOP_TIMEOUT = env_float("CONTROLPLANE_STOP_TIMEOUT", 60.0, minimum=1.0)

@@ -96,7 +96,10 @@ def parsed_frame(raw, spec: PipelineSpec):
     """Kafka metadata plus the value parsed with the spec's schema, and a corrupt marker."""
     from pyspark.sql import functions as F
 
-    schema = f"{spec.source.schema}, `{CORRUPT}` STRING"
+    from .spec.ddl import parse_schema, to_ddl
+
+    # to_ddl: the canonical form, which from_json's strict JVM parser accepts.
+    schema = f"{to_ddl(parse_schema(spec.source.schema))}, `{CORRUPT}` STRING"
     return raw.select(
         "topic",
         "partition",

@@ -223,3 +223,12 @@ def test_parsing_does_not_modify_its_input():
     before = copy.deepcopy(spec)
     parse_spec(spec, connections=CONNECTIONS)
     assert spec == before
+
+
+def test_char_and_varchar_are_refused_because_from_json_cannot_use_them():
+    errors = errors_of(with_change("source.schema", "id VARCHAR(10), tags ARRAY<CHAR(2)>"))
+    assert errors == {
+        "source.schema": [
+            "VARCHAR(10) cannot be used to parse JSON (Spark's from_json refuses it): use STRING"
+        ]
+    }

@@ -43,6 +43,8 @@ class Pipeline(models.Model):
         max_length=16, choices=DesiredState.choices, default=DesiredState.STOPPED
     )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.STOPPED)
+    # Increases with every launch; the current run carries it (fencing token).
+    generation = models.PositiveIntegerField(default=0)
     connections = models.ManyToManyField(
         Connection, through="PipelineConnection", related_name="pipelines", blank=True
     )
@@ -109,3 +111,52 @@ class ReconcilerState(models.Model):
 
     def __str__(self) -> str:
         return f"reconciler (last tick {self.last_tick_at})"
+
+
+class RunState(models.TextChoices):
+    STARTING = "starting", "Starting"
+    RUNNING = "running", "Running"
+    STOPPING = "stopping", "Stopping"
+    EXITED = "exited", "Exited"
+
+    @classmethod
+    def active(cls) -> list[str]:
+        return [cls.STARTING, cls.RUNNING, cls.STOPPING]
+
+
+class Run(models.Model):
+    """One launch of a pipeline's driver. `generation` fences it: a report from any run but
+    the pipeline's current one is stale and refused."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="runs")
+    generation = models.PositiveIntegerField()
+    spec_version = models.PositiveIntegerField()
+    state = models.CharField(max_length=16, choices=RunState.choices, default=RunState.STARTING)
+    host = models.CharField(max_length=255, blank=True)
+    pid = models.IntegerField(null=True, blank=True, help_text="The supervisor's process id.")
+    run_dir = models.CharField(max_length=1024, blank=True)
+    log_path = models.CharField(max_length=1024, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    cause = models.CharField(max_length=64, blank=True)
+    error_tail = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            # Never two drivers for one pipeline: the database refuses a second active run.
+            models.UniqueConstraint(
+                fields=["pipeline"],
+                condition=models.Q(state__in=["starting", "running", "stopping"]),
+                name="one_active_run_per_pipeline",
+            ),
+            models.UniqueConstraint(
+                fields=["pipeline", "generation"], name="one_run_per_generation"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pipeline.name} run {self.generation}"

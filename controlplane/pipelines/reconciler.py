@@ -1,20 +1,29 @@
 """The reconcile tick: compare desired state with what is observed, and act.
 
-For now (before the Spark runtime lands) a tick records that it ran and reports, per pipeline,
-what it would do. It is idempotent: running it twice, or from two workers at once, is harmless.
+Level-based and idempotent: every tick looks at each pipeline afresh, so a lost, late or
+duplicated tick is harmless. Each pipeline is handled under its row lock (skipped if another
+worker holds it), and the database refuses a second active run for one pipeline, so two
+workers can never start two drivers. Restart policies arrive with supervision (issue #4): for
+now a run that dies leaves its pipeline `failed`.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.conf import settings
+from django.db import IntegrityError, transaction
 from django.db.models import F
+from django.utils import timezone
 
-from .models import DesiredState, Pipeline, ReconcilerState, Status
+from . import launcher
+from .models import DesiredState, Pipeline, ReconcilerState, Run, RunState, Status
 
 log = logging.getLogger("controlplane.reconciler")
+
+# A run row whose launch never completed (the worker died mid-launch) is given up after this.
+LAUNCH_GRACE = timedelta(seconds=60)
 
 
 def planned_action(desired_state: str, status: str) -> str | None:
@@ -29,18 +38,159 @@ def planned_action(desired_state: str, status: str) -> str | None:
 
 
 def tick(now: datetime) -> dict:
-    plan: dict[str, str] = {}
-    for name, desired, status in Pipeline.objects.values_list("name", "desired_state", "status"):
-        action = planned_action(desired, status)
+    actions: dict[str, str] = {}
+    for pipeline_id, name in Pipeline.objects.values_list("id", "name"):
+        try:
+            action = reconcile_pipeline(pipeline_id, now)
+        except Exception:  # one broken pipeline must not stop the others being reconciled
+            log.exception("reconcile failed for pipeline %s", name)
+            action = "error"
         if action:
-            plan[name] = action
-            log.info(
-                "reconcile: pipeline %s is %s, desired %s: would %s", name, status, desired, action
-            )
-    summary = {"pipelines": Pipeline.objects.count(), "actions": plan}
+            actions[name] = action
+    summary = {"pipelines": len(actions) and Pipeline.objects.count(), "actions": actions}
+    summary["pipelines"] = Pipeline.objects.count()
     with transaction.atomic():
         ReconcilerState.objects.get_or_create(id=1)
         ReconcilerState.objects.filter(id=1).update(
             last_tick_at=now, ticks=F("ticks") + 1, last_summary=summary
         )
     return summary
+
+
+def reconcile_pipeline(pipeline_id: int, now: datetime) -> str | None:
+    """One step towards the desired state for one pipeline; returns what it did."""
+    with transaction.atomic():
+        pipeline = (
+            Pipeline.objects.select_for_update(skip_locked=True).filter(pk=pipeline_id).first()
+        )
+        if pipeline is None:
+            return None  # deleted, or another worker holds it right now
+        run = pipeline.runs.filter(state__in=RunState.active()).first()
+        if run is not None:
+            return _observe(pipeline, run, now)
+        if pipeline.desired_state == DesiredState.RUNNING and pipeline.status in (
+            Status.STOPPED,
+            Status.FAILED,
+            Status.STARTING,
+        ):
+            run = _new_run(pipeline, now)
+            if run is None:
+                return None
+        elif pipeline.status not in Status.terminal():
+            # No driver, but the pipeline looks alive (e.g. a run row was deleted by hand).
+            _set_status(pipeline, _resting_status(pipeline))
+            return "settle"
+        else:
+            return None
+    # Outside the transaction: the run row is committed before any process exists, so a
+    # crash here leaves a visible 'starting' run, never an untracked driver.
+    return _launch(run, now)
+
+
+def _resting_status(pipeline: Pipeline) -> str:
+    if pipeline.desired_state == DesiredState.SUSPENDED:
+        return Status.SUSPENDED
+    return Status.STOPPED
+
+
+def _set_status(pipeline: Pipeline, status: str) -> None:
+    Pipeline.objects.filter(pk=pipeline.pk).update(status=status, updated_at=timezone.now())
+    pipeline.status = status
+
+
+def _new_run(pipeline: Pipeline, now: datetime) -> Run | None:
+    generation = pipeline.generation + 1
+    try:
+        with transaction.atomic():
+            run = Run.objects.create(
+                pipeline=pipeline,
+                generation=generation,
+                spec_version=pipeline.version,
+                state=RunState.STARTING,
+            )
+    except IntegrityError:
+        return None  # another worker created the run first
+    Pipeline.objects.filter(pk=pipeline.pk).update(generation=generation, status=Status.STARTING)
+    log.info("pipeline %s: starting run %s", pipeline.name, generation)
+    return run
+
+
+def _launch(run: Run, now: datetime) -> str:
+    try:
+        launcher.launch(run)
+    except Exception as exc:
+        log.exception("pipeline %s: launch failed", run.pipeline.name)
+        _finish(run, now, exit_code=None, cause="launch-failed", error=str(exc))
+        return "launch-failed"
+    updated = Run.objects.filter(pk=run.pk, state=RunState.STARTING).update(
+        pid=run.pid,
+        host=run.host,
+        run_dir=run.run_dir,
+        log_path=run.log_path,
+        started_at=now,
+        state=RunState.RUNNING,
+    )
+    if updated:
+        Pipeline.objects.filter(pk=run.pipeline_id, generation=run.generation).update(
+            status=Status.RUNNING
+        )
+    return "start"
+
+
+def _observe(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
+    report = launcher.exit_report(run) if run.run_dir else None
+    if report is not None:
+        code = report.get("exit_code")
+        cause = "stopped" if run.stop_requested_at else ("exited" if code == 0 else "crashed")
+        _finish(run, now, exit_code=code, cause=cause, error=report.get("error_tail", ""))
+        return cause
+    if run.state == RunState.STARTING and not run.pid:
+        if now - run.created_at > LAUNCH_GRACE:
+            _finish(
+                run, now, exit_code=None, cause="launch-lost", error="the launch never completed"
+            )
+            return "launch-lost"
+        return None
+    if launcher.alive(run) is False:
+        _finish(run, now, exit_code=None, cause="vanished", error="the driver process is gone")
+        return "vanished"
+    if pipeline.desired_state != DesiredState.RUNNING or pipeline.generation != run.generation:
+        return _stop(pipeline, run, now)
+    return None
+
+
+def _stop(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
+    if run.stop_requested_at is None:
+        launcher.request_stop(run)
+        Run.objects.filter(pk=run.pk).update(state=RunState.STOPPING, stop_requested_at=now)
+        _set_status(pipeline, Status.STOPPING)
+        log.info("pipeline %s: graceful stop of run %s requested", pipeline.name, run.generation)
+        return "stop"
+    if now - run.stop_requested_at > timedelta(seconds=settings.CONTROLPLANE_STOP_TIMEOUT):
+        log.warning(
+            "pipeline %s: run %s ignored the stop; killing it", pipeline.name, run.generation
+        )
+        launcher.kill(run)
+        _finish(run, now, exit_code=-9, cause="killed", error="did not stop within the timeout")
+        return "kill"
+    return None
+
+
+def _finish(run: Run, now: datetime, *, exit_code: int | None, cause: str, error: str) -> None:
+    """Record a run's end and settle its pipeline (only if the run is still current)."""
+    ended = Run.objects.filter(pk=run.pk, state__in=RunState.active()).update(
+        state=RunState.EXITED, ended_at=now, exit_code=exit_code, cause=cause, error_tail=error
+    )
+    if not ended:
+        return  # another worker recorded it first
+    pipeline = Pipeline.objects.get(pk=run.pipeline_id)
+    if pipeline.generation != run.generation:
+        return
+    if cause in ("stopped", "killed") or pipeline.desired_state != DesiredState.RUNNING:
+        status = _resting_status(pipeline)
+    else:
+        status = Status.FAILED
+    Pipeline.objects.filter(pk=pipeline.pk, generation=run.generation).update(status=status)
+    log.info(
+        "pipeline %s: run %s ended (%s, exit %s)", pipeline.name, run.generation, cause, exit_code
+    )

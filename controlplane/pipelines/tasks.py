@@ -11,3 +11,9 @@ from . import reconciler
 @shared_task(name="controlplane.pipelines.tasks.reconcile", ignore_result=True)
 def reconcile() -> dict:
     return reconciler.tick(now=timezone.now())
+
+
+@shared_task(name="controlplane.pipelines.tasks.reconcile_pipeline", ignore_result=True)
+def reconcile_pipeline(pipeline_id: int) -> str | None:
+    """Act on one pipeline now (after an operator's command) instead of at the next tick."""
+    return reconciler.reconcile_pipeline(pipeline_id, timezone.now())

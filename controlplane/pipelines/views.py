@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
@@ -11,8 +13,8 @@ from rest_framework.response import Response
 from controlplane.api.fields import flatten_spec_error
 from jobs.spec import SpecError
 
-from . import services
-from .models import Pipeline, Status
+from . import services, tasks
+from .models import DesiredState, Pipeline, Status
 from .serializers import PipelineSerializer, PipelineVersionSerializer
 
 
@@ -92,6 +94,28 @@ class PipelineViewSet(viewsets.ModelViewSet):
             )
         pipeline.delete()
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    def _set_desired(self, request, desired: str) -> Response:
+        pipeline = self.get_object()
+        Pipeline.objects.filter(pk=pipeline.pk).update(
+            desired_state=desired, updated_by=request.user, updated_at=timezone.now()
+        )
+        # The beat tick would get there too; this only saves the operator a few seconds.
+        transaction.on_commit(lambda: tasks.reconcile_pipeline.delay(pipeline.pk))
+        pipeline.refresh_from_db()
+        return Response(self.get_serializer(pipeline).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={202: PipelineSerializer})
+    @action(detail=True, methods=["post"])
+    def start(self, request, name: str | None = None) -> Response:
+        """Desire the pipeline running; the reconciler launches its driver."""
+        return self._set_desired(request, DesiredState.RUNNING)
+
+    @extend_schema(request=None, responses={202: PipelineSerializer})
+    @action(detail=True, methods=["post"])
+    def stop(self, request, name: str | None = None) -> Response:
+        """Desire the pipeline stopped: the batch in flight finishes, then the driver exits."""
+        return self._set_desired(request, DesiredState.STOPPED)
 
     @extend_schema(responses=PipelineVersionSerializer(many=True))
     @action(detail=True, methods=["get"], serializer_class=PipelineVersionSerializer)

@@ -113,7 +113,10 @@ def parse_schema(ddl: str) -> StructType:
 
     Raises DDLError, whose message names the column and the 1-based character position.
     """
-    return _Parser(ddl).schema()
+    try:
+        return _Parser(ddl).schema()
+    except RecursionError:
+        raise DDLError("schema is nested too deeply") from None
 
 
 def simple_string(t: DataType) -> str:
@@ -428,8 +431,14 @@ class _Where:
     def child(self, name: str) -> _Where:
         return _Where((*self.path, name))
 
+    @property
+    def is_column(self) -> bool:
+        return len(self.path) <= 1
+
     def __str__(self) -> str:
-        kind = "column" if len(self.path) == 1 else "field"
+        if not self.path:
+            return "the schema"
+        kind = "column" if self.is_column else "field"
         return f"{kind} '{'.'.join(self.path)}'"
 
 
@@ -473,7 +482,7 @@ class _Parser:
         if self.tok.is_word("struct") and self.peek().is_punct("<", "<>"):
             # PySpark accepts a whole schema written as a single STRUCT<...> type.
             first = self.tok
-            t = self.data_type(_Where(("struct",)))
+            t = self.data_type(_Where(()))
             assert isinstance(t, StructType)
             if self.tok.kind != "eof":
                 raise self.fail(
@@ -496,7 +505,7 @@ class _Parser:
             key = f.name.lower()
             if key in seen:
                 other, pos = seen[key]
-                what = "column" if top_level else "field"
+                what = "column" if parent is None or not parent.path else "field"
                 same = "" if other == f.name else f" (names are case-insensitive: '{other}')"
                 raise self.fail(
                     f"duplicate {what} name '{f.name}' {{at}}{same}: first defined at position "
@@ -514,7 +523,7 @@ class _Parser:
         previous = self.tokens[self.i - 1] if self.i > 0 else None
         after_comma = previous is not None and previous.is_punct(",")
         tok = self.advance()
-        what = "column" if top_level else "field"
+        what = "column" if parent is None or not parent.path else "field"
         if tok.kind in ("word", "quoted"):
             name = tok.value
         elif tok.kind == "number":

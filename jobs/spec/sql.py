@@ -20,25 +20,27 @@ The checks, in order, each raising SQLError with a message meant to be shown ver
 The column check is deliberately conservative: it must never reject SQL that Spark accepts,
 so it only reports a name when it can enumerate everything the name could resolve to. For
 each SELECT it collects the columns of its sources (``columns`` for the view; the output
-names of a CTE or derived table), the aliases its select list defines, and, for correlated
-subqueries, the same of the enclosing queries; a reference matching none of these is
-reported, with a suggestion. It understands qualified names (``s.amount``), struct field
-access (``payload.id``), lambda variables (``transform(xs, x -> x + 1)``), lateral column
-aliases (visible to the projections on their right), aliases and output names in GROUP BY /
-HAVING / ORDER BY (not in WHERE or ON, like Spark), ``GROUP BY window(...)`` and its
-``window`` column, ``LATERAL VIEW ... t AS x``, ``*`` and ``t.*``.
+names of a CTE or derived table, named the way Spark names them), the aliases its select
+list defines, and, for correlated subqueries, the same of the enclosing queries; a reference
+matching none of these is reported, with a suggestion. It understands qualified names
+(``s.amount``), struct field access (``payload.id``), lambda variables
+(``transform(xs, x -> x + 1)``), lateral column aliases (visible to the projections on their
+right), aliases and output names in GROUP BY / HAVING / ORDER BY (not in WHERE or ON, like
+Spark), ``GROUP BY window(...)`` and its ``window`` column, ``LATERAL VIEW ... t AS x``,
+``*`` and ``t.*``, and unaliased computed columns, which Spark names after their SQL text
+(``upper(id)``) and only a back-quoted name can refer to.
 
 It does not catch (it accepts):
 
 * anything in a SELECT whose sources have unknown columns: a table function, a
   ``LATERAL VIEW`` without column aliases, a PIVOT / UNPIVOT, VALUES without column aliases,
-  or a CTE / derived table with an unaliased computed column (Spark names those after their
-  SQL text, e.g. ``upper(value)``); unknown names in ORDER BY / GROUP BY / HAVING / SORT BY /
-  CLUSTER BY / DISTRIBUTE BY of a SELECT with such a column;
+  a CTE / derived table whose select list has a generator (``explode(xs)``), ``struct.*``;
+  unknown names in GROUP BY / HAVING / ORDER BY... of a SELECT with a generator;
+* back-quoted names that could be some computed column's generated name (``upper(id)``);
 * struct fields (``payload.nope``), ambiguous names, names in ``* EXCEPT (...)``, function
   names, types, aggregation rules: whatever needs Spark's analyzer and the column types;
-* lateral aliases and enclosing-query aliases used where Spark doesn't allow them (more
-  names are accepted than Spark would resolve, never fewer).
+* aliases of an enclosing query used in a subquery (accepted although Spark doesn't
+  resolve them: more names are accepted than Spark would resolve, never fewer).
 
 Differences that come from sqlglot's parser rather than from these checks:
 
@@ -99,8 +101,11 @@ def check_transform_sql(
             f"transform SQL must be a query (SELECT ...), not {_statement_kind(statement)}"
         )
     checker = _Checker(sql, source_view, columns)
-    checker.query(statement, {}, None)
-    checker.check_remaining_tables(statement)
+    try:
+        checker.query(statement, {}, None)
+        checker.check_remaining_tables(statement)
+    except RecursionError:
+        raise SQLError("transform SQL is nested too deeply") from None
     if not checker.reads_view:
         raise SQLError(
             f"transform never reads the view '{source_view}'; a streaming transform must select "
@@ -128,6 +133,17 @@ def _parse(sql: str) -> list[exp.Expr]:
         parsed = _DIALECT.parser(error_level=ErrorLevel.RAISE).parse(tokens, sql)
     except ParseError as e:
         raise SQLError(_parse_error_message(e)) from None
+    except TokenError as e:  # raised for the contents of /*+ hints */
+        raise SQLError(_token_error_message(sql, e)) from None
+    except RecursionError:
+        raise SQLError("transform SQL is nested too deeply") from None
+    except Exception:
+        # sqlglot's parser crashes on some malformed input (e.g. a stray backslash in a call);
+        # that input is a syntax error for Spark too.
+        raise SQLError(
+            "syntax error: the transform SQL could not be parsed (check its brackets, quotes "
+            "and commas)"
+        ) from None
     return [statement for statement in parsed if statement is not None]
 
 
@@ -308,6 +324,9 @@ _OUTPUT_CLAUSES = (
     "order",
 )
 
+# Stands for "and names generated from SQL text, e.g. `upper(id)`" in a set of column names.
+_SPELLED_OUT = "\x00spelled out"
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_]+")
 # The names a query makes available: None when they cannot all be known.
 _Names: TypeAlias = frozenset[str] | None
 
@@ -320,7 +339,6 @@ class _Scope:
     sources: dict[str, _Names] = field(default_factory=dict)  # alias -> its column names
     names: _Names = frozenset()  # the union of the sources' columns
     aliases: frozenset[str] = frozenset()  # select-list aliases and output names
-    opaque_outputs: bool = False  # the select list has columns named after their SQL text
 
     def resolves(self, name: str, visible: frozenset[str]) -> bool:
         """Whether ``name`` can be a column here, given the aliases ``visible`` to the clause.
@@ -328,11 +346,11 @@ class _Scope:
         Enclosing queries contribute their columns and all their aliases: more than Spark
         allows, which is the safe direction for a check that must not reject valid SQL.
         """
-        if self.names is None or name in self.names or name in visible:
+        if self.names is None or _has(self.names, name) or _has(visible, name):
             return True
         scope = self.parent
         while scope is not None:
-            if scope.names is None or name in scope.names or name in scope.aliases:
+            if scope.names is None or _has(scope.names, name) or _has(scope.aliases, name):
                 return True
             scope = scope.parent
         return False
@@ -434,7 +452,7 @@ class _Checker:
                 scope.sources[lateral.alias.lower()] = names
             scope.names = None if names is None or scope.names is None else scope.names | names
 
-        outputs, scope.opaque_outputs = self.outputs(node, scope)
+        outputs = self.outputs(node, scope)
         # Lateral column aliases: a projection sees the aliases defined to its left, and the
         # column a window(...) / session_window(...) grouping produces.
         defined = {
@@ -451,6 +469,7 @@ class _Checker:
                 defined |= {e.name.lower() for e in projection.expressions}
         # GROUP BY, HAVING, ORDER BY... also see output names, e.g. "id" for payload.id.
         scope.aliases = frozenset(defined | (outputs or set()))
+        output_visible = scope.aliases if outputs is not None else None
 
         for projection, visible in zip(node.expressions, visible_to, strict=True):
             self.expressions(projection, scope, ctes, "select", visible)
@@ -461,7 +480,10 @@ class _Checker:
             self.expressions(lateral.this, scope, ctes, "lateral", none)
         self.expressions(node.args.get("where"), scope, ctes, "where", none)
         for key in _OUTPUT_CLAUSES:
-            self.expressions(node.args.get(key), scope, ctes, key, scope.aliases)
+            if output_visible is None:  # a generator in the select list: unknown output names
+                self.expressions(node.args.get(key), _Scope(scope, names=None), ctes, key, none)
+            else:
+                self.expressions(node.args.get(key), scope, ctes, key, output_visible)
         return outputs
 
     def source(self, item: exp.Expr, ctes: dict[str, _Names], scope: _Scope) -> tuple[str, _Names]:
@@ -518,29 +540,25 @@ class _Checker:
             if len(table.parts) > 1 or table.name.lower() not in self.cte_names:
                 self.table(table, {})
 
-    def outputs(self, node: exp.Select, scope: _Scope) -> tuple[_Names, bool]:
-        """The select list's output names, and whether some are generated from SQL text."""
+    def outputs(self, node: exp.Select, scope: _Scope) -> _Names:
+        """The names of the select list's columns, as Spark names them (None if unknown)."""
         out: set[str] = set()
-        opaque = False
-        unknown = False
         for projection in node.expressions:
             if isinstance(projection, exp.Star):
-                own = scope.names
-                unknown = unknown or own is None
-                out |= own or set()
+                names = scope.names
             elif isinstance(projection, exp.Column) and isinstance(projection.this, exp.Star):
                 found, names = scope.source(projection.table.lower())
-                unknown = unknown or not found or names is None
-                out |= names or set()
+                names = names if found else None  # struct_column.*: its fields are unknown
             elif isinstance(projection, exp.Alias):
-                out.add(projection.alias.lower())
+                names = frozenset({projection.alias.lower()})
             elif isinstance(projection, exp.Aliases):
-                out |= {e.name.lower() for e in projection.expressions}
-            elif isinstance(projection, exp.Column):
-                out.add(projection.name.lower())
+                names = frozenset(e.name.lower() for e in projection.expressions)
             else:
-                opaque = True
-        return (None if unknown or opaque else frozenset(out)), opaque
+                names = _generated_name(projection)
+            if names is None:
+                return None
+            out |= names
+        return frozenset(out)
 
     # -- expressions -------------------------------------------------------------------------
 
@@ -597,7 +615,7 @@ class _Checker:
             found, names = scope.source(first)
             if found:
                 field_name = parts[1].name.lower()
-                if names is None or field_name in names or scope.resolves(first, visible):
+                if names is None or _has(names, field_name) or scope.resolves(first, visible):
                     return
                 raise SQLError(
                     f"unknown column '{column.sql(dialect='spark')}' {self.at(parts[1])}: "
@@ -606,9 +624,7 @@ class _Checker:
                 )
             if first == self.view_key or (len(parts) > 2 and not scope.resolves(first, visible)):
                 return  # maybe a qualified table name (spark_catalog.default.t.c): let Spark say
-        if first in visible or scope.resolves(first, visible) or first in _BUILTIN_NAMES:
-            return
-        if clause in _OUTPUT_CLAUSES and scope.opaque_outputs:
+        if scope.resolves(first, visible) or first in _BUILTIN_NAMES:
             return
         if first in _DATETIME_UNITS and isinstance(column.parent, exp.Func):
             return
@@ -631,11 +647,49 @@ def _table_name(table: exp.Table) -> str:
     return ".".join(part.name for part in table.parts)
 
 
+def _has(names: frozenset[str], name: str) -> bool:
+    """Whether ``names`` (which may include _SPELLED_OUT) contains ``name``."""
+    return name in names or (_SPELLED_OUT in names and _PLAIN_NAME.fullmatch(name) is None)
+
+
+def _generated_name(projection: exp.Expr) -> frozenset[str] | None:
+    """The name Spark gives an unaliased select-list expression, or None if unknown.
+
+    Spark names a column reference, a cast of one (Spark 4) and a literal after themselves;
+    other expressions after their SQL text, such as ``upper(id)`` or ``(amount + 1)``,
+    which only a back-quoted name can match (_SPELLED_OUT). Generators (``explode``...) make
+    names of their own.
+    """
+    while isinstance(projection, exp.Paren | exp.Cast):  # TryCast is a Cast
+        projection = projection.this
+    if isinstance(projection, exp.Column):
+        return frozenset({projection.name.lower()})
+    if isinstance(projection, exp.Dot) and isinstance(projection.this, exp.Column):
+        return frozenset({projection.name.lower()})
+    if isinstance(projection, exp.Literal):
+        return frozenset({projection.name.lower(), _SPELLED_OUT})
+    if isinstance(projection, exp.Boolean | exp.Null):
+        return frozenset({projection.sql().lower()})
+    if isinstance(projection, exp.Anonymous):
+        name = projection.name.lower()
+        if name in _NAMED_GROUPING_FUNCTIONS:
+            return frozenset({name})
+        if name in _GENERATOR_FUNCTIONS:
+            return None
+    if isinstance(projection, exp.UDTF | exp.Explode | exp.Inline | exp.Stack):
+        return None
+    return frozenset({_SPELLED_OUT})
+
+
 def _suggest(name: str, candidates: list[str]) -> str:
-    candidates = [c for c in candidates if c != name]
+    spelled_out = _SPELLED_OUT in candidates
+    candidates = [c for c in candidates if c not in (name, _SPELLED_OUT)]
     close = difflib.get_close_matches(name, candidates, n=1)
     if close:
         return f"; did you mean '{close[0]}'?"
+    hint = ""
     if candidates and len(candidates) <= 12:
-        return f"; available: {', '.join(candidates)}"
-    return ""
+        hint = f"; available: {', '.join(candidates)}"
+    if spelled_out:
+        hint += " (computed columns without an alias are named after their SQL text: add AS name)"
+    return hint

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .ddl import DDLError, parse_schema
+from .ddl import ArrayType, DDLError, MapType, StructType, parse_schema
 from .model import (
     ExponentialDelay,
     FailureRate,
@@ -215,9 +215,17 @@ def _parse_source(
     schema = s.string("schema")
     if schema is not None:
         try:
-            parse_schema(schema)
+            parsed = parse_schema(schema)
         except DDLError as exc:
             s.error("schema", f"is not a valid Spark DDL schema: {exc}")
+        else:
+            fixed = [n for n in _type_names(parsed) if n.startswith(("char(", "varchar("))]
+            if fixed:
+                s.error(
+                    "schema",
+                    f"{fixed[0].upper()} cannot be used to parse JSON (Spark's from_json "
+                    "refuses it): use STRING",
+                )
     starting = _parse_starting_offsets(s, topics or ())
     max_records = s.integer("max_records_per_batch", KafkaSource.max_records_per_batch, minimum=1)
     fail_on_data_loss = s.boolean("fail_on_data_loss", True)
@@ -234,6 +242,17 @@ def _parse_source(
         fail_on_data_loss=fail_on_data_loss,
         reader=reader,
     )
+
+
+def _type_names(t: Any) -> list[str]:
+    """Every primitive type name in a parsed schema, nested ones included."""
+    if isinstance(t, StructType):
+        return [n for f in t.fields for n in _type_names(f.type)]
+    if isinstance(t, ArrayType):
+        return _type_names(t.element)
+    if isinstance(t, MapType):
+        return _type_names(t.key) + _type_names(t.value)
+    return [t.name]
 
 
 def _parse_topics(s: Section) -> list[str] | None:

@@ -18,6 +18,8 @@ ENDPOINTS = {
     "pipeline-list": ({}, ["get", "post"]),
     "pipeline-detail": ({"name": "x"}, ["get", "put", "patch", "delete"]),
     "pipeline-versions": ({"name": "x"}, ["get"]),
+    "pipeline-start": ({"name": "x"}, ["post"]),
+    "pipeline-stop": ({"name": "x"}, ["post"]),
     "pipeline-version": ({"name": "x", "version": 1}, ["get"]),
 }
 

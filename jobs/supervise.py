@@ -1,0 +1,91 @@
+"""A small supervisor around one driver process: `python -m jobs.supervise RUN_DIR -- CMD...`.
+
+It starts CMD (spark-submit), records the driver's pid, and the moment the driver exits
+writes RUN_DIR/exit.json with the exit code and the tail of its error output, so the control
+plane learns of a death without waiting for a heartbeat to go missing. SIGTERM and SIGINT are
+passed on to the driver. Plain Python: it runs where the control plane cannot reach.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+TAIL_LINES = 60
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)  # atomic: a reader never sees half a file
+
+
+def detach() -> None:
+    """Become a daemon: the launching process (a Celery worker) must neither wait for us nor
+    keep us as a zombie. Prints our pid for the launcher, then leaves its session."""
+    read_end, write_end = os.pipe()
+    if os.fork() > 0:
+        os.close(write_end)
+        # The first child reports the grandchild's pid; the launcher reads it from stdout.
+        sys.stdout.write(os.read(read_end, 64).decode())
+        sys.stdout.flush()
+        os._exit(0)
+    os.close(read_end)
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    os.write(write_end, f"{os.getpid()}\n".encode())
+    os.close(write_end)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--detach"]:
+        argv = argv[1:]
+        detach()
+    if len(argv) < 3 or argv[1] != "--":
+        print("usage: python -m jobs.supervise [--detach] RUN_DIR -- CMD...", file=sys.stderr)
+        return 2
+    run_dir = Path(argv[0])
+    command = argv[2:]
+    log_path = run_dir / "driver.log"
+    with open(log_path, "ab") as log:
+        driver = subprocess.Popen(  # noqa: S603 - the launcher's own command line
+            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+    write_json(run_dir / "driver.json", {"pid": driver.pid, "started_at": time.time()})
+
+    def forward(signum, _frame):
+        if driver.poll() is None:
+            driver.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    code = driver.wait()
+    write_json(
+        run_dir / "exit.json",
+        {"exit_code": code, "ended_at": time.time(), "error_tail": error_tail(log_path)},
+    )
+    return code
+
+
+def error_tail(log_path: Path) -> str:
+    """The last lines of the driver's output, where a Python or Java error ends up."""
+    try:
+        with open(log_path, errors="replace") as f:
+            return "".join(deque(f, maxlen=TAIL_LINES))
+    except OSError:
+        return ""
+
+
+if __name__ == "__main__":
+    os.umask(0o077)
+    sys.exit(main(sys.argv[1:]))
