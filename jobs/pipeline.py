@@ -137,6 +137,8 @@ class BatchWriter:
         from pyspark.sql import functions as F
 
         spark = batch.sparkSession
+        if not self.sink.stream_id:
+            self.sink.stream_id = stream_id(self.config.checkpoint)
         batch = batch.persist()
         try:
             record = F.col(PARSED)
@@ -168,6 +170,12 @@ class BatchWriter:
             )
         finally:
             batch.unpersist()
+
+
+def stream_id(checkpoint: str) -> str:
+    """The query id Spark keeps in the checkpoint: the same across restarts of one
+    checkpoint, new for a new one. Commit markers are scoped by it."""
+    return json.loads((Path(checkpoint) / "metadata").read_text())["id"]
 
 
 def _to_arrow(frame):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import psycopg
@@ -37,7 +38,7 @@ def run_config(tmp_path, topic, sink_dsn, *, mode="append", key=(), transform=No
         "transform": transform,
     }
     run_dir = tmp_path / "run"
-    run_dir.mkdir(exist_ok=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
     return RunConfig(
         pipeline=name,
         spec=parse_spec(spec),
@@ -147,3 +148,24 @@ def test_a_replayed_batch_is_skipped_by_its_commit_marker(
     drain(spark, config)
     (count,) = fetch(sink_dsn, f'SELECT count(*) FROM "{config.spec.sink.table}"')[0]
     assert count == 300
+
+
+def test_a_new_checkpoint_under_the_same_pipeline_name_is_not_mistaken_for_the_old_one(
+    spark, kafka_bootstrap, sink_dsn, tmp_path
+):
+    """Batch ids restart at 0 in a new checkpoint: markers are scoped by the query id."""
+    first_topic = new_topic(kafka_bootstrap)
+    produce(kafka_bootstrap, first_topic, events(0, 100))
+    first = run_config(tmp_path / "a", first_topic, sink_dsn)
+    drain(spark, first)
+    second_topic = new_topic(kafka_bootstrap)
+    produce(kafka_bootstrap, second_topic, events(100, 250))
+    second = run_config(tmp_path / "b", second_topic, sink_dsn)
+    second = dataclasses.replace(
+        second,
+        pipeline=first.pipeline,
+        spec=dataclasses.replace(second.spec, sink=first.spec.sink),
+    )
+    drain(spark, second)
+    (count,) = fetch(sink_dsn, f'SELECT count(*) FROM "{first.spec.sink.table}"')[0]
+    assert count == 250

@@ -37,14 +37,18 @@ def test_planned_action(desired, status, action):
 
 
 def test_a_tick_records_itself_and_is_idempotent(pipeline):
-    Pipeline.objects.filter(name="orders").update(desired_state="running")
     now = datetime(2026, 1, 1, tzinfo=UTC)
     first = reconciler.tick(now)
     second = reconciler.tick(now)
-    assert first == second == {"pipelines": 1, "actions": {"orders": "start"}}
+    assert first == second == {"pipelines": 1, "actions": {}}
     state = ReconcilerState.objects.get()
     assert (state.ticks, state.last_tick_at) == (2, now)
-    # Reconcile is only a plan for now: nothing observed changes.
+    assert Pipeline.objects.get(name="orders").status == "stopped"
+
+
+def test_a_pipeline_that_looks_alive_without_a_run_is_settled(pipeline):
+    Pipeline.objects.filter(name="orders").update(status="running")
+    assert reconciler.tick(datetime(2026, 1, 1, tzinfo=UTC))["actions"] == {"orders": "settle"}
     assert Pipeline.objects.get(name="orders").status == "stopped"
 
 

@@ -47,8 +47,7 @@ def tick(now: datetime) -> dict:
             action = "error"
         if action:
             actions[name] = action
-    summary = {"pipelines": len(actions) and Pipeline.objects.count(), "actions": actions}
-    summary["pipelines"] = Pipeline.objects.count()
+    summary = {"pipelines": Pipeline.objects.count(), "actions": actions}
     with transaction.atomic():
         ReconcilerState.objects.get_or_create(id=1)
         ReconcilerState.objects.filter(id=1).update(

@@ -1,10 +1,15 @@
 """Exactly-once micro-batch writes into Postgres.
 
-Each write is one transaction that first claims a commit marker `(pipeline, batch_id, part)`
-in `_cp_commits`, then COPYs the rows. A replayed batch (the query restarted after writing but
-before Spark's own commit log recorded it) finds its marker and writes nothing; a batch that
-died mid-transaction left nothing behind, marker included. Two writers racing for one marker
-serialise on its primary key: the loser waits, then sees the conflict and skips.
+Each write is one transaction that first claims a commit marker
+`(pipeline, stream_id, batch_id, part)` in `_cp_commits`, then COPYs the rows. A replayed
+batch (the query restarted after writing but before Spark's own commit log recorded it) finds
+its marker and writes nothing; a batch that died mid-transaction left nothing behind, marker
+included. Two writers racing for one marker serialise on its primary key: the loser waits,
+then sees the conflict and skips.
+
+`stream_id` is the streaming query's id, which Spark keeps in the checkpoint: batch ids start
+again at 0 in a new checkpoint (or for a pipeline deleted and created again under the same
+name), and those batches must not be mistaken for the old ones.
 
 Spark-free and Django-free: it receives Arrow tables, so it runs on the driver or in executors.
 """
@@ -69,12 +74,14 @@ class PostgresSink:
         conninfo: dict,
         *,
         pipeline: str,
+        stream_id: str = "",
         table: str,
         mode: str = "append",
         key: Sequence[str] = (),
     ):
         self.conninfo = conninfo
         self.pipeline = pipeline
+        self.stream_id = stream_id
         self.table = table
         self.mode = mode
         self.key = list(key)
@@ -90,9 +97,10 @@ class PostgresSink:
             conn.execute(
                 sql.SQL(
                     "CREATE TABLE IF NOT EXISTS {} ("
-                    " pipeline text NOT NULL, batch_id bigint NOT NULL, part integer NOT NULL,"
-                    " rows bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(),"
-                    " PRIMARY KEY (pipeline, batch_id, part))"
+                    " pipeline text NOT NULL, stream_id text NOT NULL, batch_id bigint NOT NULL,"
+                    " part integer NOT NULL, rows bigint NOT NULL,"
+                    " committed_at timestamptz NOT NULL DEFAULT now(),"
+                    " PRIMARY KEY (pipeline, stream_id, batch_id, part))"
                 ).format(sql.Identifier(COMMITS_TABLE))
             )
             conn.execute(
@@ -140,10 +148,10 @@ class PostgresSink:
         with self.connect() as conn, conn.transaction():
             claimed = conn.execute(
                 sql.SQL(
-                    "INSERT INTO {} (pipeline, batch_id, part, rows) VALUES (%s, %s, %s, %s)"
-                    " ON CONFLICT DO NOTHING RETURNING 1"
+                    "INSERT INTO {} (pipeline, stream_id, batch_id, part, rows)"
+                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1"
                 ).format(sql.Identifier(COMMITS_TABLE)),
-                (self.pipeline, batch_id, part, table.num_rows),
+                (self.pipeline, self.stream_id, batch_id, part, table.num_rows),
             ).fetchone()
             if claimed is None:
                 log.info(
