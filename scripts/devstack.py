@@ -442,7 +442,12 @@ class Stack:
 
 def cmd_services(stack: Stack) -> int:
     stack.start_services()
-    for key in ("DATABASE_URL", "CELERY_BROKER_URL", "KAFKA_BOOTSTRAP_SERVERS"):
+    for key in (
+        "DATABASE_URL",
+        "CONTROLPLANE_SINK_DATABASE_URL",
+        "CELERY_BROKER_URL",
+        "KAFKA_BOOTSTRAP_SERVERS",
+    ):
         print(f"export {key}={stack.env[key]}")
     return 0
 

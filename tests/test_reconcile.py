@@ -19,23 +19,6 @@ from controlplane.pipelines.models import Pipeline, ReconcilerState
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize(
-    ("desired", "status", "action"),
-    [
-        ("running", "stopped", "start"),
-        ("running", "failed", "start"),
-        ("running", "running", None),
-        ("running", "backing-off", None),
-        ("stopped", "running", "stop"),
-        ("stopped", "stopped", None),
-        ("suspended", "running", "suspend"),
-        ("suspended", "suspended", None),
-    ],
-)
-def test_planned_action(desired, status, action):
-    assert reconciler.planned_action(desired, status) == action
-
-
 def test_a_tick_records_itself_and_is_idempotent(pipeline):
     now = datetime(2026, 1, 1, tzinfo=UTC)
     first = reconciler.tick(now)
@@ -97,3 +80,11 @@ def test_celery_beat_and_a_worker_run_the_tick_through_redis(tmp_path):
         worker.terminate()
         worker.wait(timeout=30)
         log.close()
+
+
+def test_a_failed_pipeline_is_not_relaunched_until_started_again(api, pipeline):
+    Pipeline.objects.filter(name="orders").update(desired_state="running", status="failed")
+    assert reconciler.tick(datetime(2026, 1, 1, tzinfo=UTC))["actions"] == {}
+    response = api.post("/api/pipelines/orders/start/")
+    assert response.status_code == 202
+    assert response.json()["status"] == "stopped"  # the next tick launches it

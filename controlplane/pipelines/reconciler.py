@@ -26,17 +26,6 @@ log = logging.getLogger("controlplane.reconciler")
 LAUNCH_GRACE = timedelta(seconds=60)
 
 
-def planned_action(desired_state: str, status: str) -> str | None:
-    """What the reconciler would do for one pipeline, or None when nothing is needed."""
-    if desired_state == DesiredState.RUNNING and status in (Status.STOPPED, Status.FAILED):
-        return "start"
-    if desired_state == DesiredState.STOPPED and status not in Status.terminal():
-        return "stop"
-    if desired_state == DesiredState.SUSPENDED and status not in Status.terminal():
-        return "suspend"
-    return None
-
-
 def tick(now: datetime) -> dict:
     actions: dict[str, str] = {}
     for pipeline_id, name in Pipeline.objects.values_list("id", "name"):
@@ -67,9 +56,10 @@ def reconcile_pipeline(pipeline_id: int, now: datetime) -> str | None:
         run = pipeline.runs.filter(state__in=RunState.active()).first()
         if run is not None:
             return _observe(pipeline, run, now)
+        # A failed pipeline stays failed until an operator starts it again: without a restart
+        # policy (#4) relaunching it every tick would hammer whatever broke it.
         if pipeline.desired_state == DesiredState.RUNNING and pipeline.status in (
             Status.STOPPED,
-            Status.FAILED,
             Status.STARTING,
         ):
             run = _new_run(pipeline, now)

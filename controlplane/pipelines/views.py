@@ -97,9 +97,14 @@ class PipelineViewSet(viewsets.ModelViewSet):
 
     def _set_desired(self, request, desired: str) -> Response:
         pipeline = self.get_object()
-        Pipeline.objects.filter(pk=pipeline.pk).update(
-            desired_state=desired, updated_by=request.user, updated_at=timezone.now()
-        )
+        changes = {
+            "desired_state": desired,
+            "updated_by": request.user,
+            "updated_at": timezone.now(),
+        }
+        if desired == DesiredState.RUNNING and pipeline.status == Status.FAILED:
+            changes["status"] = Status.STOPPED  # an explicit start is the retry after a failure
+        Pipeline.objects.filter(pk=pipeline.pk).update(**changes)
         # The beat tick would get there too; this only saves the operator a few seconds.
         transaction.on_commit(lambda: tasks.reconcile_pipeline.delay(pipeline.pk))
         pipeline.refresh_from_db()
