@@ -188,3 +188,6 @@ SPARK_MASTER = env_str("SPARK_MASTER", "local[2]")
 SPARK_DRIVER_MEMORY = env_str("SPARK_DRIVER_MEMORY", "1g")
 # A graceful stop that has not finished after this long is turned into a kill.
 CONTROLPLANE_STOP_TIMEOUT = env_float("CONTROLPLANE_STOP_TIMEOUT", 60.0, minimum=1.0)
+# Where drivers send heartbeats and progress (as seen from the driver's host).
+CONTROLPLANE_URL = env_str("CONTROLPLANE_URL", "http://127.0.0.1:8000")
+CONTROLPLANE_HEARTBEAT_SECONDS = env_float("CONTROLPLANE_HEARTBEAT_SECONDS", 5.0, minimum=0.5)

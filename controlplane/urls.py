@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
 from controlplane.connections.views import ConnectionViewSet
+from controlplane.pipelines.reports import RunHeartbeat, RunProgress
 from controlplane.pipelines.views import PipelineViewSet
 
 router = DefaultRouter()
@@ -12,6 +13,8 @@ router.register("pipelines", PipelineViewSet, basename="pipeline")
 
 api_patterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("runs/<int:run_id>/heartbeat/", RunHeartbeat.as_view(), name="run-heartbeat"),
+    path("runs/<int:run_id>/progress/", RunProgress.as_view(), name="run-progress"),
     *router.urls,
 ]
 

@@ -7,6 +7,7 @@ flight is finished (and committed) before the query stops.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jobs.pipeline import RunConfig, start_query
+from jobs.reporting import Reporter, progress_listener
 
 log = logging.getLogger("jobs.run")
 
@@ -50,13 +52,37 @@ def main(argv: list[str]) -> int:
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName(f"pipeline:{config.pipeline}").getOrCreate()
+    reporter = start_reporter(run_dir)
+    if reporter is not None:
+        spark.streams.addListener(progress_listener(reporter))
     query = start_query(spark, config)
     log.info("query %s started (checkpoint %s)", query.id, config.checkpoint)
     try:
         wait(query, run_dir)
     finally:
+        if reporter is not None:
+            reporter.close()
         spark.stop()
     return 0
+
+
+def start_reporter(run_dir: Path) -> Reporter | None:
+    """Heartbeats and progress to the control plane, if run.json says where it is."""
+    cp = json.loads((run_dir / "run.json").read_text()).get("control_plane")
+    if not cp:
+        return None
+
+    def stop(reason: str) -> None:
+        log.info("%s: stopping after the batch in flight", reason)
+        (run_dir / STOP_FILE).touch()
+
+    return Reporter(
+        cp["url"],
+        cp["run_id"],
+        cp["token"],
+        heartbeat_seconds=cp.get("heartbeat_seconds", 5.0),
+        on_stop=stop,
+    ).start()
 
 
 if __name__ == "__main__":

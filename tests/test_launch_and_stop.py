@@ -21,7 +21,10 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transa
 
 
 @pytest.fixture
-def job_dirs(settings, tmp_path):
+def job_dirs(settings, tmp_path, live_server):
+    # The driver reports heartbeats and progress to this test's own web server.
+    settings.CONTROLPLANE_URL = live_server.url
+    settings.CONTROLPLANE_HEARTBEAT_SECONDS = 1
     settings.CONTROLPLANE_RUNS_ROOT = tmp_path / "runs"
     settings.CONTROLPLANE_CHECKPOINT_ROOT = tmp_path / "checkpoints"
     settings.CONTROLPLANE_STOP_TIMEOUT = 90
@@ -76,6 +79,11 @@ def test_start_runs_a_driver_and_stop_ends_it_gracefully_and_it_resumes(
     run = Run.objects.get(pipeline__name="e2e")
     assert (run.state, run.generation) == ("running", 1)
     assert Pipeline.objects.get(name="e2e").status == "running"
+    # The driver reported its batches and heartbeats with its run token.
+    reconcile_until("e2e", lambda: run.batches.exists(), 30, "the first progress report")
+    assert sum(run.batches.values_list("num_input_rows", flat=True)) == 500
+    run.refresh_from_db()
+    assert run.last_heartbeat_at is not None
 
     assert api.post("/api/pipelines/e2e/stop/").status_code == 202
     reconcile_until(

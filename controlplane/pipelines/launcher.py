@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -20,6 +21,7 @@ from pathlib import Path
 import pyspark
 from django.conf import settings
 
+from controlplane.accounts.models import digest
 from jobs.connections import kafka_client_config, postgres_conninfo
 
 from .models import Pipeline, Run
@@ -31,7 +33,7 @@ def spark_submit() -> str:
     return str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
 
 
-def run_config(pipeline: Pipeline, run: Run, run_dir: Path) -> dict:
+def run_config(pipeline: Pipeline, run: Run, run_dir: Path, token: str) -> dict:
     spec = pipeline.spec
     source = pipeline.connections.get(name=spec["source"]["connection"])
     sink = pipeline.connections.get(name=spec["sink"]["connection"])
@@ -44,6 +46,12 @@ def run_config(pipeline: Pipeline, run: Run, run_dir: Path) -> dict:
         "postgres": postgres_conninfo(sink.settings, sink.get_secrets()),
         "checkpoint": str(settings.CONTROLPLANE_CHECKPOINT_ROOT / pipeline.name),
         "run_dir": str(run_dir),
+        "control_plane": {
+            "url": settings.CONTROLPLANE_URL,
+            "run_id": run.pk,
+            "token": token,
+            "heartbeat_seconds": settings.CONTROLPLANE_HEARTBEAT_SECONDS,
+        },
     }
 
 
@@ -54,12 +62,15 @@ def _write_private(path: Path, text: str) -> None:
 
 
 def launch(run: Run) -> Run:
-    """Start the run's driver; fills in host, pid, run_dir and log_path (not saved)."""
+    """Start the run's driver; fills in host, pid, run_dir, log_path, token (not saved)."""
     pipeline = run.pipeline
     run_dir = settings.CONTROLPLANE_RUNS_ROOT / pipeline.name / f"{run.generation:06d}"
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     settings.CONTROLPLANE_CHECKPOINT_ROOT.mkdir(parents=True, exist_ok=True)
-    _write_private(run_dir / "run.json", json.dumps(run_config(pipeline, run, run_dir)))
+    # The driver's own credential for its reports; only the digest is stored.
+    token = secrets.token_urlsafe(32)
+    run.token_digest = digest(token)
+    _write_private(run_dir / "run.json", json.dumps(run_config(pipeline, run, run_dir, token)))
     command = [
         sys.executable, "-m", "jobs.supervise", "--detach", str(run_dir), "--",
         spark_submit(),

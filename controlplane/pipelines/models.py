@@ -143,6 +143,11 @@ class Run(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     cause = models.CharField(max_length=64, blank=True)
     error_tail = models.TextField(blank=True)
+    # The driver authenticates its reports with a token of its own (only its digest is kept).
+    token_digest = models.CharField(max_length=64, blank=True, db_index=True, editable=False)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    last_batch_id = models.BigIntegerField(null=True, blank=True)
+    last_batch_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -160,3 +165,28 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pipeline.name} run {self.generation}"
+
+
+class BatchProgress(models.Model):
+    """One micro-batch as the driver reported it (StreamingQueryProgress, the useful part)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="batches")
+    batch_id = models.BigIntegerField()
+    reported_at = models.DateTimeField(auto_now_add=True)
+    timestamp = models.DateTimeField(help_text="When the batch started, by the driver's clock.")
+    num_input_rows = models.BigIntegerField(default=0)
+    input_rows_per_second = models.FloatField(null=True)
+    processed_rows_per_second = models.FloatField(null=True)
+    batch_duration_ms = models.BigIntegerField(null=True)
+    durations_ms = models.JSONField(default=dict)
+    end_offsets = models.JSONField(null=True)
+    latest_offsets = models.JSONField(null=True)
+
+    class Meta:
+        ordering = ["-run", "-batch_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "batch_id"], name="one_progress_per_batch")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run} batch {self.batch_id}"

@@ -116,6 +116,7 @@ def _launch(run: Run, now: datetime) -> str:
         host=run.host,
         run_dir=run.run_dir,
         log_path=run.log_path,
+        token_digest=run.token_digest,
         started_at=now,
         state=RunState.RUNNING,
     )

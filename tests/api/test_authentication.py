@@ -21,7 +21,11 @@ ENDPOINTS = {
     "pipeline-start": ({"name": "x"}, ["post"]),
     "pipeline-stop": ({"name": "x"}, ["post"]),
     "pipeline-version": ({"name": "x", "version": 1}, ["get"]),
+    "run-heartbeat": ({"run_id": 1}, ["post"]),
+    "run-progress": ({"run_id": 1}, ["post"]),
 }
+# Drivers authenticate with their run's own token, people and scripts with API tokens.
+RUN_ENDPOINTS = {"run-heartbeat", "run-progress"}
 
 
 def test_the_list_below_covers_every_api_route():
@@ -40,7 +44,7 @@ def _requests():
 def test_anonymous_requests_get_401(anon, name, kwargs, method):
     response = getattr(anon, method)(reverse(f"api:{name}", kwargs=kwargs), {}, format="json")
     assert response.status_code == 401
-    assert response["WWW-Authenticate"] == "Token"
+    assert response["WWW-Authenticate"] == ("RunToken" if name in RUN_ENDPOINTS else "Token")
 
 
 @pytest.mark.django_db

@@ -1,0 +1,145 @@
+"""What drivers tell the control plane: heartbeats and batch progress.
+
+Each run authenticates with its own token (`Authorization: RunToken <key>`), given to it at
+launch. Reports are fenced: only the pipeline's current, still-active run is heard; anything
+else (a driver the control plane already gave up on, a zombie from an older generation) gets
+409 and is told to stop.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import exceptions, serializers, status
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.permissions import BasePermission
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from controlplane.accounts.models import digest as token_digest
+
+from .models import BatchProgress, DesiredState, Pipeline, Run, RunState
+
+
+class RunTokenAuthentication(BaseAuthentication):
+    keyword = "RunToken"
+
+    def authenticate(self, request):
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() != self.keyword.lower().encode():
+            return None
+        if len(parts) != 2:
+            raise exceptions.AuthenticationFailed("Invalid run token header.")
+        run = (
+            Run.objects.select_related("pipeline")
+            .filter(token_digest=token_digest(parts[1].decode(errors="replace")))
+            .first()
+        )
+        if run is None:
+            raise exceptions.AuthenticationFailed("Unknown run token.")
+        return (None, run)
+
+    def authenticate_header(self, request) -> str:
+        return self.keyword
+
+
+class IsRun(BasePermission):
+    def has_permission(self, request, view) -> bool:
+        return isinstance(request.auth, Run) and str(request.auth.pk) == str(view.kwargs["run_id"])
+
+
+def _current(run: Run) -> bool:
+    current_generation = Pipeline.objects.filter(pk=run.pipeline_id).values_list(
+        "generation", flat=True
+    )[0]
+    return run.generation == current_generation and run.state in RunState.active()
+
+
+def _answer(run: Run) -> dict:
+    pipeline = run.pipeline
+    stop = pipeline.desired_state != DesiredState.RUNNING or run.stop_requested_at is not None
+    return {"stop": stop, "generation": run.generation}
+
+
+STALE = {"detail": "stale run: this driver is not the pipeline's current run", "stop": True}
+
+HeartbeatReply = inline_serializer(
+    "HeartbeatReply", {"stop": serializers.BooleanField(), "generation": serializers.IntegerField()}
+)
+
+
+class RunHeartbeat(APIView):
+    """A driver's periodic sign of life; the answer may ask it to stop gracefully."""
+
+    authentication_classes = [RunTokenAuthentication]
+    permission_classes = [IsRun]
+
+    @extend_schema(request=None, responses={200: HeartbeatReply})
+    def post(self, request, run_id: int) -> Response:
+        run: Run = request.auth
+        if not _current(run):
+            return Response(STALE, status=status.HTTP_409_CONFLICT)
+        Run.objects.filter(pk=run.pk).update(last_heartbeat_at=timezone.now())
+        return Response(_answer(run))
+
+
+class ProgressSerializer(serializers.Serializer):
+    batchId = serializers.IntegerField(min_value=0)
+    timestamp = serializers.DateTimeField()
+    numInputRows = serializers.IntegerField(min_value=0, required=False, default=0)
+    inputRowsPerSecond = serializers.FloatField(required=False, allow_null=True)
+    processedRowsPerSecond = serializers.FloatField(required=False, allow_null=True)
+    batchDuration = serializers.IntegerField(required=False, allow_null=True)
+    durationMs = serializers.DictField(child=serializers.IntegerField(), required=False)
+    sources = serializers.ListField(child=serializers.DictField(), required=False)
+
+
+class RunProgress(APIView):
+    """One StreamingQueryProgress, as Spark's listener produced it (camelCase, unchanged)."""
+
+    authentication_classes = [RunTokenAuthentication]
+    permission_classes = [IsRun]
+
+    @extend_schema(request=ProgressSerializer, responses={200: HeartbeatReply})
+    def post(self, request, run_id: int) -> Response:
+        run: Run = request.auth
+        if not _current(run):
+            return Response(STALE, status=status.HTTP_409_CONFLICT)
+        data = ProgressSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        p = data.validated_data
+        source = (p.get("sources") or [{}])[0]
+        now = timezone.now()
+        try:
+            with transaction.atomic():
+                BatchProgress.objects.create(
+                    run=run,
+                    batch_id=p["batchId"],
+                    timestamp=p["timestamp"],
+                    num_input_rows=p["numInputRows"],
+                    input_rows_per_second=p.get("inputRowsPerSecond"),
+                    processed_rows_per_second=p.get("processedRowsPerSecond"),
+                    batch_duration_ms=p.get("batchDuration"),
+                    durations_ms=p.get("durationMs", {}),
+                    end_offsets=_offsets(source.get("endOffset")),
+                    latest_offsets=_offsets(source.get("latestOffset")),
+                )
+        except IntegrityError:
+            pass  # the same batch reported twice (a retried request): already recorded
+        Run.objects.filter(pk=run.pk).update(
+            last_heartbeat_at=now, last_batch_id=p["batchId"], last_batch_at=now
+        )
+        return Response(_answer(run))
+
+
+def _offsets(value):
+    """Spark reports source offsets as JSON text; keep them as JSON."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value

@@ -1,0 +1,130 @@
+"""Telling the control plane how the job is doing, without ever slowing the job down.
+
+Batch progress (from a StreamingQueryListener) and periodic heartbeats go into a bounded
+queue that one background thread sends over HTTP. When the control plane is slow or down the
+queue fills and the oldest reports are dropped: metrics are best-effort, data is not. A reply
+can ask the job to stop gracefully (the operator pressed stop, or this run is stale).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import requests
+
+log = logging.getLogger("jobs.reporting")
+
+QUEUE_LIMIT = 200
+TIMEOUT_SECONDS = (2.0, 5.0)  # connect, read
+
+
+class Reporter:
+    def __init__(
+        self,
+        base_url: str,
+        run_id: int,
+        token: str,
+        *,
+        heartbeat_seconds: float = 5.0,
+        on_stop: Callable[[str], None] | None = None,
+        session: requests.Session | None = None,
+    ):
+        self.url = f"{base_url.rstrip('/')}/api/runs/{run_id}"
+        self.heartbeat_seconds = heartbeat_seconds
+        self.on_stop = on_stop or (lambda reason: None)
+        self.session = session or requests.Session()
+        self.session.headers["Authorization"] = f"RunToken {token}"
+        self.queue: collections.deque[tuple[str, dict]] = collections.deque(maxlen=QUEUE_LIMIT)
+        self.dropped = 0
+        self.sent = 0
+        self._wake = threading.Event()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="cp-reporter", daemon=True)
+
+    def start(self) -> Reporter:
+        self._thread.start()
+        return self
+
+    def progress(self, progress: dict) -> None:
+        """Queue a batch's progress; never blocks, never raises."""
+        if len(self.queue) == self.queue.maxlen:
+            self.dropped += 1
+        self.queue.append(("progress", progress))
+        self._wake.set()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Send what is queued (for at most `timeout` seconds) and stop the thread."""
+        self._closed.set()
+        self._wake.set()
+        self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        next_heartbeat = 0.0
+        while True:
+            while self.queue:
+                kind, body = self.queue[0]
+                if self._send(kind, body):
+                    self.queue.popleft()
+                elif self._closed.is_set():
+                    return
+                else:
+                    break  # the control plane is unreachable: keep it, try again later
+            if self._closed.is_set() and not self.queue:
+                return
+            if time.monotonic() >= next_heartbeat:
+                self._send("heartbeat", {})
+                next_heartbeat = time.monotonic() + self.heartbeat_seconds
+            self._wake.wait(min(self.heartbeat_seconds, 1.0))
+            self._wake.clear()
+
+    def _send(self, kind: str, body: dict) -> bool:
+        try:
+            response = self.session.post(f"{self.url}/{kind}/", json=body, timeout=TIMEOUT_SECONDS)
+        except requests.RequestException as exc:
+            log.debug("report %s not sent: %s", kind, exc)
+            return False
+        if response.status_code == 409:
+            self.on_stop("the control plane says this run is stale")
+            return True
+        if response.status_code >= 500:
+            return False
+        if response.status_code >= 400:
+            log.warning(
+                "report %s refused (%s): %s", kind, response.status_code, response.text[:300]
+            )
+            return True  # a bad report will not get better by sending it again
+        self.sent += 1
+        try:
+            if response.json().get("stop"):
+                self.on_stop("the control plane asked for a stop")
+        except ValueError:
+            pass
+        return True
+
+
+def progress_listener(reporter: Reporter):
+    """A StreamingQueryListener that hands every batch's progress to the reporter."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class Listener(StreamingQueryListener):
+        def onQueryStarted(self, event) -> None:
+            pass
+
+        def onQueryProgress(self, event) -> None:
+            try:
+                reporter.progress(json.loads(event.progress.json))
+            except Exception:  # a listener that raises would be removed by Spark
+                log.exception("could not queue progress")
+
+        def onQueryIdle(self, event) -> None:
+            pass
+
+        def onQueryTerminated(self, event) -> None:
+            pass
+
+    return Listener()

@@ -1,0 +1,64 @@
+"""The job's reporter against a real HTTP server (the Django live server) and a dead one."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from controlplane.accounts.models import digest
+from controlplane.pipelines.models import Pipeline, Run
+from jobs.reporting import Reporter
+from tests.api.test_run_reports import PROGRESS
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def wait_for(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_progress_and_heartbeats_reach_the_control_plane(live_server, pipeline):
+    row = Pipeline.objects.get(name="orders")
+    Pipeline.objects.filter(pk=row.pk).update(generation=1, desired_state="running")
+    run = Run.objects.create(
+        pipeline=row, generation=1, spec_version=1, state="running", token_digest=digest("t")
+    )
+    stops: list[str] = []
+    reporter = Reporter(live_server.url, run.pk, "t", heartbeat_seconds=0.2, on_stop=stops.append)
+    reporter.start()
+    try:
+        reporter.progress(PROGRESS)
+        assert wait_for(lambda: run.batches.exists())
+        assert wait_for(lambda: Run.objects.get(pk=run.pk).last_heartbeat_at is not None)
+        assert stops == []
+        Pipeline.objects.filter(pk=row.pk).update(desired_state="stopped")
+        assert wait_for(lambda: stops), "the stop in a heartbeat reply was not passed on"
+    finally:
+        reporter.close()
+
+
+def test_a_hung_control_plane_never_blocks_the_job():
+    # A control plane that accepts connections and never answers: each send would wait for
+    # the read timeout (5 s) if the job's thread made it.
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(100)
+        port = hung.getsockname()[1]
+        reporter = Reporter(f"http://127.0.0.1:{port}", 1, "t", heartbeat_seconds=0.1).start()
+        try:
+            started = time.monotonic()
+            for i in range(1000):
+                reporter.progress({**PROGRESS, "batchId": i})
+            assert time.monotonic() - started < 2.0
+            assert len(reporter.queue) == 200  # bounded: the oldest reports were dropped
+            assert reporter.dropped == 800
+            assert reporter.sent == 0
+        finally:
+            reporter.close(timeout=0.5)
