@@ -509,6 +509,7 @@ def cmd_up(stack: Stack) -> int:
         stack.manage("migrate", "--no-input", "-v", "0")
         stack.manage("ensure_admin")
         stack.manage("seed_demo")
+        stack.env.setdefault("CONTROLPLANE_URL", f"http://{WEB_HOST}:{WEB_PORT}")
         logs = VAR / "log"
         logs.mkdir(parents=True, exist_ok=True)
         commands = {
@@ -535,6 +536,18 @@ def cmd_up(stack: Stack) -> int:
                 "controlplane@%h",
             ],
             "beat": [PY, "-m", "celery", "-A", "controlplane", "beat", "--loglevel", "INFO"],
+            # Demo traffic for the demo pipeline: ~200 delivery events/s, 1% malformed.
+            "loadgen": [
+                PY,
+                "-m",
+                "jobs.loadgen",
+                "--bootstrap",
+                stack.env["KAFKA_BOOTSTRAP_SERVERS"],
+                "--topic",
+                "deliveries",
+                "--rate",
+                os.environ.get("CONTROLPLANE_DEMO_RATE", "200"),
+            ],
         }
         for name, command in commands.items():
             out = open(logs / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the child
@@ -571,6 +584,11 @@ def cmd_up(stack: Stack) -> int:
         for _name, proc in reversed(children):
             if proc.poll() is None:
                 terminate(proc.pid)
+        if children:
+            # Pipeline drivers run detached (they outlive a control-plane restart in
+            # production); the dev stack stops them with everything else.
+            with contextlib.suppress(subprocess.CalledProcessError):
+                stack.manage("stop_drivers")
         stack.stop_services()
 
 

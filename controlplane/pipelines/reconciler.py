@@ -109,7 +109,7 @@ def _launch(run: Run, now: datetime) -> str:
         launcher.launch(run)
     except Exception as exc:
         log.exception("pipeline %s: launch failed", run.pipeline.name)
-        _finish(run, now, exit_code=None, cause="launch-failed", error=str(exc))
+        finish(run, now, exit_code=None, cause="launch-failed", error=str(exc))
         return "launch-failed"
     updated = Run.objects.filter(pk=run.pk, state=RunState.STARTING).update(
         pid=run.pid,
@@ -132,17 +132,17 @@ def _observe(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
     if report is not None:
         code = report.get("exit_code")
         cause = "stopped" if run.stop_requested_at else ("exited" if code == 0 else "crashed")
-        _finish(run, now, exit_code=code, cause=cause, error=report.get("error_tail", ""))
+        finish(run, now, exit_code=code, cause=cause, error=report.get("error_tail", ""))
         return cause
     if run.state == RunState.STARTING and not run.pid:
         if now - run.created_at > LAUNCH_GRACE:
-            _finish(
+            finish(
                 run, now, exit_code=None, cause="launch-lost", error="the launch never completed"
             )
             return "launch-lost"
         return None
     if launcher.alive(run) is False:
-        _finish(run, now, exit_code=None, cause="vanished", error="the driver process is gone")
+        finish(run, now, exit_code=None, cause="vanished", error="the driver process is gone")
         return "vanished"
     if pipeline.desired_state != DesiredState.RUNNING or pipeline.generation != run.generation:
         return _stop(pipeline, run, now)
@@ -161,12 +161,12 @@ def _stop(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
             "pipeline %s: run %s ignored the stop; killing it", pipeline.name, run.generation
         )
         launcher.kill(run)
-        _finish(run, now, exit_code=-9, cause="killed", error="did not stop within the timeout")
+        finish(run, now, exit_code=-9, cause="killed", error="did not stop within the timeout")
         return "kill"
     return None
 
 
-def _finish(run: Run, now: datetime, *, exit_code: int | None, cause: str, error: str) -> None:
+def finish(run: Run, now: datetime, *, exit_code: int | None, cause: str, error: str) -> None:
     """Record a run's end and settle its pipeline (only if the run is still current)."""
     ended = Run.objects.filter(pk=run.pk, state__in=RunState.active()).update(
         state=RunState.EXITED, ended_at=now, exit_code=exit_code, cause=cause, error_tail=error

@@ -60,6 +60,8 @@ class Command(BaseCommand):
                     name=DEMO_PIPELINE,
                     spec_data=DEMO_SPEC,
                     description="Courier delivery status events from Kafka into Postgres.",
+                    # Running from the start; if an operator stops it, a re-run respects that.
+                    desired_state="running",
                 )
                 self.stdout.write(f"  Demo pipeline:  {DEMO_PIPELINE} (created)")
             else:
