@@ -13,8 +13,8 @@ import psycopg
 import pytest
 from django.utils import timezone
 
-from controlplane.pipelines import reconciler
-from controlplane.pipelines.models import Pipeline, Run
+from controlplane.pipelines import launcher, reconciler
+from controlplane.pipelines.models import Pipeline, Run, RunState
 from tests.kafka_helpers import new_topic, produce
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
@@ -28,7 +28,10 @@ def job_dirs(settings, tmp_path, live_server):
     settings.CONTROLPLANE_RUNS_ROOT = tmp_path / "runs"
     settings.CONTROLPLANE_CHECKPOINT_ROOT = tmp_path / "checkpoints"
     settings.CONTROLPLANE_STOP_TIMEOUT = 90
-    return tmp_path
+    yield tmp_path
+    # A failed assertion must not leave a driver running for the rest of the suite.
+    for run in Run.objects.filter(state__in=RunState.active()):
+        launcher.kill(run)
 
 
 def reconcile_until(name, predicate, timeout, what):
