@@ -40,6 +40,9 @@ def detach() -> None:
     os.setsid()
     if os.fork() > 0:
         os._exit(0)
+    # Lead a process group of our own: the driver and everything it starts inherit it, so
+    # the control plane can kill the whole tree with killpg(our pid).
+    os.setpgid(0, 0)
     os.write(write_end, f"{os.getpid()}\n".encode())
     os.close(write_end)
     devnull = os.open(os.devnull, os.O_RDWR)

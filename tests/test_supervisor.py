@@ -1,0 +1,71 @@
+"""The driver supervisor: detaching, exit reports, and killing the whole process tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from controlplane.pipelines import launcher
+from controlplane.pipelines.models import Run
+
+
+def supervise(run_dir, *command: str) -> int:
+    result = subprocess.run(
+        [sys.executable, "-m", "jobs.supervise", "--detach", str(run_dir), "--", *command],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return int(result.stdout)
+
+
+def wait_for(predicate, timeout=10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it is dead for our purposes.
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"
+
+
+def test_the_exit_code_and_error_tail_are_reported_at_once(tmp_path):
+    script = "import sys; print('about to fail'); sys.exit(3)"
+    supervise(tmp_path, sys.executable, "-c", script)
+    assert wait_for(lambda: (tmp_path / "exit.json").exists())
+    report = json.loads((tmp_path / "exit.json").read_text())
+    assert report["exit_code"] == 3
+    assert "about to fail" in report["error_tail"]
+
+
+def test_kill_ends_the_supervisor_and_everything_the_driver_started(tmp_path):
+    # The "driver" starts a grandchild, as spark-submit starts a JVM and Python workers.
+    script = "import subprocess, time; subprocess.Popen(['sleep', '300']); time.sleep(300)"
+    pid = supervise(tmp_path, sys.executable, "-c", script)
+    assert wait_for(lambda: (tmp_path / "driver.json").exists())
+    driver = json.loads((tmp_path / "driver.json").read_text())["pid"]
+    assert wait_for(
+        lambda: (
+            subprocess.run(["pgrep", "-g", str(pid)], capture_output=True).stdout.count(b"\n") >= 3
+        )
+    )
+    group = subprocess.run(["pgrep", "-g", str(pid)], capture_output=True, text=True).stdout.split()
+    run = Run(pid=pid, host=socket.gethostname(), run_dir=str(tmp_path))
+    assert launcher.alive(run) is True
+    launcher.kill(run)
+    assert wait_for(lambda: not any(alive(int(p)) for p in group)), group
+    assert not alive(driver)
