@@ -12,6 +12,7 @@ import json
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
@@ -143,3 +144,18 @@ def _offsets(value):
         except ValueError:
             return None
     return value
+
+
+class RunTokenScheme(OpenApiAuthenticationExtension):
+    """Describes the drivers' `Authorization: RunToken <key>` scheme in the OpenAPI schema."""
+
+    target_class = RunTokenAuthentication
+    name = "runToken"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": "Drivers only: `RunToken <key>`, the run's own token from run.json.",
+        }

@@ -1,0 +1,188 @@
+"""Kafka -> Spark -> Postgres throughput, next to two baselines measured in the same run.
+
+    .venv/bin/python bench/throughput.py [--events 500000]      (services from ./stack services)
+
+Figures, all for ~200-byte JSON delivery events on this machine:
+  raw       one kafka-python consumer reading every record (no Spark): the source ceiling
+  noop      the pipeline (cp_kafka source, from_json, transform) into Spark's no-op sink
+  postgres  the same pipeline into Postgres, exactly once (commit markers, COPY)
+plus the driver's start-up time to a SparkSession and the JVM's peak resident memory. The
+last line is one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from jobs.loadgen import produce  # noqa: E402
+from jobs.pipeline import RunConfig, parsed_frame, register_sources, source_frame, start_query  # noqa: E402
+from jobs.spec import parse_spec  # noqa: E402
+
+SCHEMA = (
+    "delivery_id STRING, courier_id STRING, status STRING, lat DOUBLE, lon DOUBLE, "
+    "event_time TIMESTAMP"
+)
+TRANSFORM = "SELECT delivery_id, courier_id, status, lat, lon, event_time FROM source"
+
+
+def raw_reader(bootstrap: str, topic: str, partitions: int, expected: int) -> float:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        fetch_max_wait_ms=10,
+        max_partition_fetch_bytes=8 * 1024 * 1024,
+        max_poll_records=50_000,
+    )
+    consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+    consumer.seek_to_beginning()
+    seen = 0
+    started = time.perf_counter()
+    while seen < expected:
+        seen += sum(len(r) for r in consumer.poll(timeout_ms=500).values())
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return seen / elapsed
+
+
+def config_for(topic, bootstrap, sink_dsn, workdir: Path, per_batch: int) -> RunConfig:
+    spec = parse_spec(
+        {
+            "source": {
+                "connection": "k",
+                "topics": [topic],
+                "schema": SCHEMA,
+                "starting_offsets": "earliest",
+                "max_records_per_batch": per_batch,
+            },
+            "transform": {"sql": TRANSFORM},
+            "sink": {"connection": "pg", "table": f"bench_{uuid.uuid4().hex[:8]}"},
+        }
+    )
+    run_dir = workdir / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return RunConfig(
+        pipeline=f"bench-{uuid.uuid4().hex[:6]}",
+        spec=spec,
+        kafka={"bootstrap_servers": [bootstrap]},
+        postgres={"conninfo": sink_dsn},
+        checkpoint=str(workdir / "checkpoint"),
+        run_dir=str(run_dir),
+    )
+
+
+def timed_drain(query) -> tuple[int, float]:
+    """Rows and seconds from the first batch's start to the last batch's end."""
+    query.awaitTermination()
+    if query.exception():
+        raise query.exception()
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    rows = sum(p["numInputRows"] for p in batches)
+    seconds = sum(p["batchDuration"] for p in batches) / 1000
+    return rows, seconds
+
+
+def noop_pipeline(spark, config: RunConfig) -> tuple[int, float]:
+    register_sources(spark)
+    frame = parsed_frame(source_frame(spark, config), config.spec)
+    frame.createOrReplaceTempView("parsed")
+    good = spark.sql("SELECT _cp_record.* FROM parsed WHERE _cp_record._cp_corrupt IS NULL")
+    good.createOrReplaceTempView("source")
+    query = (
+        spark.sql(TRANSFORM)
+        .writeStream.format("noop")
+        .option("checkpointLocation", config.checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    return timed_drain(query)
+
+
+def jvm_peak_rss_mb(spark) -> float | None:
+    pid = spark._jvm.ProcessHandle.current().pid()
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=500_000)
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--per-batch", type=int, default=200_000)
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args()
+    bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+    sink_dsn = os.environ["CONTROLPLANE_SINK_DATABASE_URL"]
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    started = time.perf_counter()
+    produce(bootstrap, topic, rate=0, count=args.events, partitions=args.partitions)
+    print(f"produced {args.events} events in {time.perf_counter() - started:.1f} s", flush=True)
+
+    raw = raw_reader(bootstrap, topic, args.partitions, args.events)
+    print(f"raw kafka-python reader:        {raw:>10,.0f} events/s", flush=True)
+
+    from pyspark.sql import SparkSession
+
+    started = time.perf_counter()
+    spark = (
+        SparkSession.builder.master(args.master)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    startup = time.perf_counter() - started
+    print(f"driver start to SparkSession:   {startup:>10.1f} s", flush=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        # Warm-up: the first batch pays for Python worker start-up; measure steady state.
+        noop_pipeline(spark, config_for(topic, bootstrap, sink_dsn, work / "warm", 10_000))
+        rows, seconds = noop_pipeline(
+            spark, config_for(topic, bootstrap, sink_dsn, work / "noop", args.per_batch)
+        )
+        noop = rows / seconds
+        print(f"pipeline -> no-op sink:         {noop:>10,.0f} events/s ({rows} rows)", flush=True)
+        config = config_for(topic, bootstrap, sink_dsn, work / "pg", args.per_batch)
+        rows, seconds = timed_drain(start_query(spark, config, available_now=True))
+        pg = rows / seconds
+        print(f"pipeline -> Postgres, exactly once: {pg:>6,.0f} events/s ({rows} rows)", flush=True)
+    peak = jvm_peak_rss_mb(spark)
+    print(f"driver JVM peak RSS:            {peak or 0:>10,.0f} MB")
+    print(f"postgres / noop ratio:          {pg / noop:>10.2f}")
+    spark.stop()
+    print(
+        json.dumps(
+            {
+                "events": args.events,
+                "raw_events_per_s": round(raw),
+                "noop_events_per_s": round(noop),
+                "postgres_events_per_s": round(pg),
+                "postgres_to_noop": round(pg / noop, 3),
+                "driver_startup_s": round(startup, 2),
+                "driver_jvm_peak_rss_mb": round(peak) if peak else None,
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
