@@ -119,7 +119,9 @@ class Postgres(Service):
 
     def _data_dir(self) -> Path:
         local = VAR / "postgres"
-        if self.user is None or local.is_symlink() or self._reachable(VAR):
+        if local.is_symlink():
+            return local.resolve()  # placed outside the checkout by an earlier run (below)
+        if self.user is None or self._reachable(VAR):
             return local
         # The checkout is somewhere the postgres user cannot enter (e.g. under /root): keep the
         # data outside it, one directory per checkout, linked from var/ so it is easy to find.
