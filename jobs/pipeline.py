@@ -8,6 +8,7 @@ the Postgres sink exactly once (see jobs.sinks.postgres).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -161,12 +162,24 @@ class BatchWriter:
                 self.sink.ensure_tables(
                     [Column(f.name, f.dataType.simpleString()) for f in out.schema.fields]
                 )
+                self.sink.drop_stages()  # left by batches that died before committing
                 self.tables_ready = True
-            rows = _to_arrow(out)
+            if self.sink.committed(batch_id):
+                log.info("batch %s was committed before (a replay): skipped", batch_id)
+                return
+            self.sink.prepare_stage(batch_id)
+            staged = (
+                for_copy(out)
+                .mapInArrow(functools.partial(_stage_partition, self.sink, batch_id), "rows LONG")
+                .collect()
+            )
             dead_rows = dead.toArrow()
-            self.sink.write(rows, batch_id, dead_letters=dead_rows)
+            self.sink.commit_stage(batch_id, dead_letters=dead_rows)
             log.info(
-                "batch %s: %s rows, %s dead letters", batch_id, rows.num_rows, dead_rows.num_rows
+                "batch %s: %s rows, %s dead letters",
+                batch_id,
+                sum(r.rows for r in staged),
+                dead_rows.num_rows,
             )
         finally:
             batch.unpersist()
@@ -178,8 +191,21 @@ def stream_id(checkpoint: str) -> str:
     return json.loads((Path(checkpoint) / "metadata").read_text())["id"]
 
 
-def _to_arrow(frame):
-    """Arrow rows for COPY: nested values become JSON text, binary becomes bytea hex."""
+def _stage_partition(sink: PostgresSink, batch_id: int, batches):
+    """Runs in an executor: COPY this Spark partition's rows into the batch's stage."""
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    part = TaskContext.get().partitionId()
+    collected = list(batches)
+    rows = 0
+    if collected:
+        rows = sink.write_stage_part(batch_id, part, pa.Table.from_batches(collected))
+    yield pa.RecordBatch.from_pydict({"rows": [rows]})
+
+
+def for_copy(frame):
+    """The frame as COPY wants it: nested values become JSON text, binary becomes bytea hex."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, BinaryType, MapType, StructType
 
@@ -191,7 +217,7 @@ def _to_arrow(frame):
         elif isinstance(field.dataType, BinaryType):
             column = F.concat(F.lit("\\x"), F.hex(column))
         columns.append(column.alias(field.name))
-    return frame.select(*columns).toArrow()
+    return frame.select(*columns)
 
 
 def start_query(spark, config: RunConfig, *, available_now: bool = False):

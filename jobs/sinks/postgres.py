@@ -1,7 +1,9 @@
 """Exactly-once micro-batch writes into Postgres.
 
-Each write is one transaction that first claims a commit marker
-`(pipeline, stream_id, batch_id, part)` in `_cp_commits`, then COPYs the rows. A replayed
+Executors COPY their partitions of a batch, in parallel, into an unlogged stage table; then
+one transaction on the driver claims the batch's commit marker
+`(pipeline, stream_id, batch_id, part)` in `_cp_commits` and moves the staged rows into the
+target with one INSERT ... SELECT (no rows pass through the driver). A replayed
 batch (the query restarted after writing but before Spark's own commit log recorded it) finds
 its marker and writes nothing; a batch that died mid-transaction left nothing behind, marker
 included. Two writers racing for one marker serialise on its primary key: the loser waits,
@@ -16,6 +18,7 @@ Spark-free and Django-free: it receives Arrow tables, so it runs on the driver o
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 from collections.abc import Sequence
@@ -29,6 +32,7 @@ log = logging.getLogger("jobs.sinks.postgres")
 COMMITS_TABLE = "_cp_commits"
 DEAD_LETTERS_TABLE = "_cp_dead_letters"
 ORDINAL = "_cp_ordinal"
+PART = "_cp_part"
 
 # Spark simple type names (jobs.spec.ddl.simple_string) -> Postgres column types.
 _PG_TYPES = {
@@ -139,36 +143,95 @@ class PostgresSink:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def write(self, table, batch_id: int, part: int = -1, dead_letters=None) -> bool:
-        """Write one Arrow table (and its dead letters) exactly once; False if already done.
+    def _claim(self, conn: psycopg.Connection, batch_id: int, rows: int, part: int = -1) -> bool:
+        """Insert the batch's commit marker; False if it exists (the batch is a replay)."""
+        claimed = conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (pipeline, stream_id, batch_id, part, rows)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1"
+            ).format(sql.Identifier(COMMITS_TABLE)),
+            (self.pipeline, self.stream_id, batch_id, part, rows),
+        ).fetchone()
+        if claimed is None:
+            log.info("batch %s of %s already committed: skipped", batch_id, self.pipeline)
+        return claimed is not None
 
-        `part` is -1 for a whole batch written from the driver, or an input-partition number
-        when executors write their share of a batch in parallel.
-        """
+    def committed(self, batch_id: int) -> bool:
+        """Whether the batch's marker exists: a replayed batch can skip all its work."""
+        with self.connect() as conn:
+            return (
+                conn.execute(
+                    sql.SQL(
+                        "SELECT 1 FROM {} WHERE pipeline = %s AND stream_id = %s AND batch_id = %s"
+                    ).format(sql.Identifier(COMMITS_TABLE)),
+                    (self.pipeline, self.stream_id, batch_id),
+                ).fetchone()
+                is not None
+            )
+
+    # -- writing: executors stage their partitions in parallel, the driver commits -----------
+
+    def stage_name(self, batch_id: int) -> str:
+        key = hashlib.sha1(f"{self.pipeline}/{self.stream_id}".encode()).hexdigest()[:12]  # noqa: S324 - a name, not security
+        return f"_cp_stage_{key}_{batch_id}"
+
+    def prepare_stage(self, batch_id: int) -> None:
+        """An unlogged table the executors fill in parallel, one slice per Spark partition."""
+        with self.connect() as conn:
+            self._create_stage(conn, sql.Identifier(self.stage_name(batch_id)))
+
+    def write_stage_part(self, batch_id: int, part: int, table) -> int:
+        """Replace this partition's slice of the stage (a retried task replaces, not adds)."""
+        stage = self.stage_name(batch_id)
         with self.connect() as conn, conn.transaction():
-            claimed = conn.execute(
-                sql.SQL(
-                    "INSERT INTO {} (pipeline, stream_id, batch_id, part, rows)"
-                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1"
-                ).format(sql.Identifier(COMMITS_TABLE)),
-                (self.pipeline, self.stream_id, batch_id, part, table.num_rows),
-            ).fetchone()
-            if claimed is None:
-                log.info(
-                    "batch %s part %s of %s already committed: skipped",
-                    batch_id,
-                    part,
-                    self.pipeline,
-                )
-                return False
+            # Two attempts of one task (a retry, speculation) take turns on the slice.
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), %s)", (stage, part))
+            conn.execute(
+                sql.SQL("DELETE FROM {} WHERE {} = %s").format(
+                    sql.Identifier(stage), sql.Identifier(PART)
+                ),
+                (part,),
+            )
             if table.num_rows:
-                if self.mode == "upsert":
-                    self._upsert(conn, table)
-                else:
-                    self._copy(conn, _table_ident(self.table), table)
-            if dead_letters is not None and dead_letters.num_rows:
-                self._dead_letters(conn, batch_id, dead_letters)
-        return True
+                self._copy(conn, sql.Identifier(stage), _with_order(table, part))
+        return table.num_rows
+
+    def commit_stage(self, batch_id: int, dead_letters=None) -> bool:
+        """Move the staged batch into the target in one transaction with its marker."""
+        stage = sql.Identifier(self.stage_name(batch_id))
+        with self.connect() as conn:
+            with conn.transaction():
+                (rows,) = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(stage)).fetchone()
+                done = self._claim(conn, batch_id, rows)
+                if done:
+                    if rows:
+                        self._merge(conn, stage)
+                    if dead_letters is not None and dead_letters.num_rows:
+                        self._dead_letters(conn, batch_id, dead_letters)
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(stage))
+        return done
+
+    def drop_stages(self) -> None:
+        """Remove stages left by batches that died before committing (called at start-up)."""
+        prefix = self.stage_name(0).rsplit("_", 1)[0] + "_"
+        with self.connect() as conn:
+            names = conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+                " AND starts_with(tablename, %s)",
+                (prefix,),
+            ).fetchall()
+            for (name,) in names:
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
+
+    # -- shared pieces ---------------------------------------------------------------------
+
+    def _create_stage(self, conn, stage: sql.Composable) -> None:
+        # Unlogged: a stage is rebuilt from Kafka if lost, so it need not pay for the WAL.
+        conn.execute(
+            sql.SQL(
+                "CREATE UNLOGGED TABLE IF NOT EXISTS {} (LIKE {}, {} integer, {} bigint)"
+            ).format(stage, _table_ident(self.table), sql.Identifier(PART), sql.Identifier(ORDINAL))
+        )
 
     @staticmethod
     def _copy(conn: psycopg.Connection, target: sql.Composable, table) -> None:
@@ -182,41 +245,45 @@ class PostgresSink:
         with conn.cursor().copy(statement) as copy:
             copy.write(buffer.getbuffer())
 
-    def _upsert(self, conn: psycopg.Connection, table) -> None:
-        import pyarrow as pa
-
-        staging = sql.Identifier("_cp_staging")
-        conn.execute(
-            sql.SQL("CREATE TEMP TABLE {} (LIKE {} INCLUDING DEFAULTS) ON COMMIT DROP").format(
-                staging, _table_ident(self.table)
+    def _merge(self, conn: psycopg.Connection, stage: sql.Composable) -> None:
+        """INSERT the staged rows into the target; in upsert mode the last record per key
+        (by partition, then position: Kafka order within a Kafka partition) wins."""
+        columns = [
+            name
+            for (name,) in conn.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0"
+                " AND NOT attisdropped ORDER BY attnum",
+                (self.table,),
+            ).fetchall()
+        ]
+        cols = sql.SQL(", ").join(map(sql.Identifier, columns))
+        target = _table_ident(self.table)
+        if self.mode != "upsert":
+            conn.execute(
+                sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(target, cols, cols, stage)
             )
-        )
-        conn.execute(
-            sql.SQL("ALTER TABLE {} ADD COLUMN {} bigint").format(staging, sql.Identifier(ORDINAL))
-        )
-        ordered = table.append_column(ORDINAL, pa.array(range(table.num_rows), pa.int64()))
-        self._copy(conn, staging, ordered)
-        columns = [sql.Identifier(c) for c in table.column_names]
-        keys = [sql.Identifier(k) for k in self.key]
+            return
+        keys = sql.SQL(", ").join(map(sql.Identifier, self.key))
         updates = [
             sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c))
-            for c in table.column_names
+            for c in columns
             if c not in self.key
         ]
-        # The last record for a key within the batch wins, as it would row by row.
+        action = (
+            sql.SQL("UPDATE SET ") + sql.SQL(", ").join(updates) if updates else sql.SQL("NOTHING")
+        )
         conn.execute(
             sql.SQL(
-                "INSERT INTO {target} ({cols}) SELECT DISTINCT ON ({keys}) {cols} FROM {staging}"
-                " ORDER BY {keys}, {ordinal} DESC ON CONFLICT ({keys}) DO {action}"
+                "INSERT INTO {target} ({cols}) SELECT DISTINCT ON ({keys}) {cols} FROM {stage}"
+                " ORDER BY {keys}, {part} DESC, {ordinal} DESC ON CONFLICT ({keys}) DO {action}"
             ).format(
-                target=_table_ident(self.table),
-                cols=sql.SQL(", ").join(columns),
-                keys=sql.SQL(", ").join(keys),
-                staging=staging,
+                target=target,
+                cols=cols,
+                keys=keys,
+                stage=stage,
+                part=sql.Identifier(PART),
                 ordinal=sql.Identifier(ORDINAL),
-                action=sql.SQL("UPDATE SET ") + sql.SQL(", ").join(updates)
-                if updates
-                else sql.SQL("NOTHING"),
+                action=action,
             )
         )
 
@@ -242,3 +309,13 @@ class PostgresSink:
                     for r in rows.to_pylist()
                 ],
             )
+
+
+def _with_order(table, part: int):
+    """The table plus the staging columns: its Spark partition and each row's position."""
+    import pyarrow as pa
+
+    n = table.num_rows
+    return table.append_column(PART, pa.array([part] * n, pa.int32())).append_column(
+        ORDINAL, pa.array(range(n), pa.int64())
+    )
