@@ -11,17 +11,9 @@ from controlplane.accounts.models import digest
 from controlplane.pipelines.models import Pipeline, Run
 from jobs.reporting import Reporter
 from tests.api.test_run_reports import PROGRESS
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def wait_for(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_progress_and_heartbeats_reach_the_control_plane(live_server, pipeline):

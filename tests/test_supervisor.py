@@ -7,10 +7,10 @@ import os
 import socket
 import subprocess
 import sys
-import time
 
 from controlplane.pipelines import launcher
 from controlplane.pipelines.models import Run
+from tests.waiting import wait_for
 
 
 def supervise(run_dir, *command: str) -> int:
@@ -22,15 +22,6 @@ def supervise(run_dir, *command: str) -> int:
         check=True,
     )
     return int(result.stdout)
-
-
-def wait_for(predicate, timeout=10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def alive(pid: int) -> bool:
