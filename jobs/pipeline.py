@@ -11,11 +11,11 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .files import write_private
 from .sinks.postgres import Column, PostgresSink
 from .spec import PipelineSpec, parse_spec
 
@@ -35,6 +35,8 @@ class RunConfig:
     postgres: dict[str, Any]  # psycopg.connect() arguments, password included
     checkpoint: str
     run_dir: str
+    # Where to send heartbeats and progress: url, run_id, token, heartbeat_seconds.
+    control_plane: dict[str, Any] | None = None
 
     @classmethod
     def load(cls, path: str | Path) -> RunConfig:
@@ -46,14 +48,13 @@ class RunConfig:
             postgres=data["postgres"],
             checkpoint=data["checkpoint"],
             run_dir=data.get("run_dir") or str(Path(path).parent),
+            control_plane=data.get("control_plane"),
         )
 
     def kafka_config_file(self) -> str:
         """The client config for the source, in a file only this user can read."""
         path = Path(self.run_dir) / "kafka-client.json"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(self.kafka, f)
+        write_private(path, json.dumps(self.kafka))
         return str(path)
 
 

@@ -7,7 +7,6 @@ flight is finished (and committed) before the query stops.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
@@ -52,7 +51,7 @@ def main(argv: list[str]) -> int:
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName(f"pipeline:{config.pipeline}").getOrCreate()
-    reporter = start_reporter(run_dir)
+    reporter = start_reporter(config.control_plane, run_dir)
     if reporter is not None:
         spark.streams.addListener(progress_listener(reporter))
     query = start_query(spark, config)
@@ -66,9 +65,8 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def start_reporter(run_dir: Path) -> Reporter | None:
+def start_reporter(cp: dict | None, run_dir: Path) -> Reporter | None:
     """Heartbeats and progress to the control plane, if run.json says where it is."""
-    cp = json.loads((run_dir / "run.json").read_text()).get("control_plane")
     if not cp:
         return None
 

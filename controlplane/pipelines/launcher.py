@@ -23,6 +23,7 @@ from django.conf import settings
 
 from controlplane.accounts.models import digest
 from jobs.connections import kafka_client_config, postgres_conninfo
+from jobs.files import write_private
 
 from .models import Pipeline, Run
 
@@ -55,12 +56,6 @@ def run_config(pipeline: Pipeline, run: Run, run_dir: Path, token: str) -> dict:
     }
 
 
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-
-
 def launch(run: Run) -> Run:
     """Start the run's driver; fills in host, pid, run_dir, log_path, token (not saved)."""
     pipeline = run.pipeline
@@ -70,7 +65,7 @@ def launch(run: Run) -> Run:
     # The driver's own credential for its reports; only the digest is stored.
     token = secrets.token_urlsafe(32)
     run.token_digest = digest(token)
-    _write_private(run_dir / "run.json", json.dumps(run_config(pipeline, run, run_dir, token)))
+    write_private(run_dir / "run.json", json.dumps(run_config(pipeline, run, run_dir, token)))
     command = [
         sys.executable, "-m", "jobs.supervise", "--detach", str(run_dir), "--",
         spark_submit(),
@@ -109,7 +104,7 @@ def request_stop(run: Run) -> None:
 
 
 def kill(run: Run) -> None:
-    """Kill the supervisor's whole session: spark-submit, the JVM and its Python workers."""
+    """Kill the supervisor's process group: spark-submit, the JVM and its Python workers."""
     if run.pid and run.host == socket.gethostname():
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(run.pid, signal.SIGKILL)

@@ -22,7 +22,7 @@ from rest_framework.views import APIView
 
 from controlplane.accounts.models import digest as token_digest
 
-from .models import BatchProgress, DesiredState, Pipeline, Run, RunState
+from .models import BatchProgress, DesiredState, Run, RunState
 
 
 class RunTokenAuthentication(BaseAuthentication):
@@ -53,10 +53,8 @@ class IsRun(BasePermission):
 
 
 def _current(run: Run) -> bool:
-    current_generation = Pipeline.objects.filter(pk=run.pipeline_id).values_list(
-        "generation", flat=True
-    )[0]
-    return run.generation == current_generation and run.state in RunState.active()
+    # run.pipeline was loaded with the run by RunTokenAuthentication, in this request.
+    return run.generation == run.pipeline.generation and run.state in RunState.active()
 
 
 def _answer(run: Run) -> dict:
@@ -72,11 +70,15 @@ HeartbeatReply = inline_serializer(
 )
 
 
-class RunHeartbeat(APIView):
-    """A driver's periodic sign of life; the answer may ask it to stop gracefully."""
+class RunReportView(APIView):
+    """Base of the driver-facing endpoints: run-token authentication, own run only."""
 
     authentication_classes = [RunTokenAuthentication]
     permission_classes = [IsRun]
+
+
+class RunHeartbeat(RunReportView):
+    """A driver's periodic sign of life; the answer may ask it to stop gracefully."""
 
     @extend_schema(request=None, responses={200: HeartbeatReply})
     def post(self, request, run_id: int) -> Response:
@@ -98,11 +100,8 @@ class ProgressSerializer(serializers.Serializer):
     sources = serializers.ListField(child=serializers.DictField(), required=False)
 
 
-class RunProgress(APIView):
+class RunProgress(RunReportView):
     """One StreamingQueryProgress, as Spark's listener produced it (camelCase, unchanged)."""
-
-    authentication_classes = [RunTokenAuthentication]
-    permission_classes = [IsRun]
 
     @extend_schema(request=ProgressSerializer, responses={200: HeartbeatReply})
     def post(self, request, run_id: int) -> Response:
