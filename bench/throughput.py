@@ -109,8 +109,8 @@ def noop_pipeline(spark, config: RunConfig) -> tuple[int, float]:
     return timed_drain(query)
 
 
-def jvm_peak_rss_mb(spark) -> float | None:
-    pid = spark._jvm.ProcessHandle.current().pid()
+def peak_rss_mb(pid: int) -> float | None:
+    """A process's peak resident memory (VmHWM), from /proc."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -118,6 +118,39 @@ def jvm_peak_rss_mb(spark) -> float | None:
     except OSError:
         return None
     return None
+
+
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def python_workers_peak_rss_mb(jvm_pid: int) -> tuple[int, float]:
+    """Spark's Python workers (the daemon's reused forks): how many, and the sum of their
+    peaks, an upper bound of what they held at once."""
+    peaks = [peak_rss_mb(pid) or 0 for pid in descendants(jvm_pid)]
+    return len(peaks), sum(peaks)
+
+
+def postgres_settings(dsn: str) -> str:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        return ", ".join(
+            f"{name}={conn.execute(f'SHOW {name}').fetchone()[0]}"
+            for name in ("fsync", "synchronous_commit", "shared_buffers")
+        )
 
 
 def main() -> int:
@@ -134,6 +167,8 @@ def main() -> int:
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     started = time.perf_counter()
     produce(bootstrap, topic, rate=0, count=args.events, partitions=args.partitions)
+    warm_topic = f"{topic}-warm-up"
+    produce(bootstrap, warm_topic, rate=0, count=20_000, partitions=args.partitions)
     print(f"produced {args.events} events in {time.perf_counter() - started:.1f} s", flush=True)
 
     raw = raw_reader(bootstrap, topic, args.partitions, args.events)
@@ -153,8 +188,11 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        # Warm-up: the first batch pays for Python worker start-up; measure steady state.
-        noop_pipeline(spark, config_for(topic, bootstrap, sink_dsn, work / "warm", 10_000))
+        # Warm-up of both paths: the first batches pay for Python worker start-up and
+        # imports, once per process; what is measured is the steady state.
+        noop_pipeline(spark, config_for(warm_topic, bootstrap, sink_dsn, work / "w1", 10_000))
+        warm = config_for(warm_topic, bootstrap, sink_dsn, work / "w2", 10_000)
+        timed_drain(start_query(spark, warm, available_now=True))
         rows, seconds = noop_pipeline(
             spark, config_for(topic, bootstrap, sink_dsn, work / "noop", args.per_batch)
         )
@@ -164,8 +202,12 @@ def main() -> int:
         rows, seconds = timed_drain(start_query(spark, config, available_now=True))
         pg = rows / seconds
         print(f"pipeline -> Postgres, exactly once: {pg:>6,.0f} events/s ({rows} rows)", flush=True)
-    peak = jvm_peak_rss_mb(spark)
+    jvm_pid = spark._jvm.ProcessHandle.current().pid()
+    peak = peak_rss_mb(jvm_pid)
+    workers, workers_peak = python_workers_peak_rss_mb(jvm_pid)
     print(f"driver JVM peak RSS:            {peak or 0:>10,.0f} MB")
+    print(f"Python workers peak RSS:        {workers_peak:>10,.0f} MB (sum over {workers})")
+    print(f"sink Postgres:                  {postgres_settings(sink_dsn)}")
     print(f"postgres / noop ratio:          {pg / noop:>10.2f}")
     spark.stop()
     print(
@@ -178,6 +220,7 @@ def main() -> int:
                 "postgres_to_noop": round(pg / noop, 3),
                 "driver_startup_s": round(startup, 2),
                 "driver_jvm_peak_rss_mb": round(peak) if peak else None,
+                "python_workers_peak_rss_mb": round(workers_peak),
             }
         )
     )

@@ -168,18 +168,28 @@ class BatchWriter:
             if self.sink.committed(batch_id):
                 log.info("batch %s was committed before (a replay): skipped", batch_id)
                 return
-            self.sink.prepare_stage(batch_id)
-            staged = (
+            direct = self.sink.mode == "append" and not shuffles(out)
+            if direct:
+                write = functools.partial(self.sink.write_part, batch_id)
+            else:
+                self.sink.prepare_stage(batch_id)
+                write = functools.partial(self.sink.write_stage_part, batch_id)
+            written = (
                 for_copy(out)
-                .mapInArrow(functools.partial(_stage_partition, self.sink, batch_id), "rows LONG")
+                .mapInArrow(functools.partial(_write_partition, write), "rows LONG")
                 .collect()
             )
+            rows = sum(r.rows for r in written)
             dead_rows = dead.toArrow()
-            self.sink.commit_stage(batch_id, dead_letters=dead_rows)
+            if direct:
+                self.sink.finish_batch(batch_id, rows, dead_letters=dead_rows)
+            else:
+                self.sink.commit_stage(batch_id, dead_letters=dead_rows)
             log.info(
-                "batch %s: %s rows, %s dead letters",
+                "batch %s: %s rows (%s), %s dead letters",
                 batch_id,
-                sum(r.rows for r in staged),
+                rows,
+                "direct" if direct else "staged",
                 dead_rows.num_rows,
             )
         finally:
@@ -192,16 +202,27 @@ def stream_id(checkpoint: str) -> str:
     return json.loads((Path(checkpoint) / "metadata").read_text())["id"]
 
 
-def _stage_partition(sink: PostgresSink, batch_id: int, batches):
-    """Runs in an executor: COPY this Spark partition's rows into the batch's stage."""
+# Physical operators that move rows between partitions or pick some of them (joins,
+# aggregations, sorts, limits, samples): partition contents are then not a fixed function of
+# the batch's input partitions.
+_UNSTABLE_OPERATORS = ("Exchange", "Limit", "TakeOrdered", "Sample")
+
+
+def shuffles(frame) -> bool:
+    """Whether a partition of the frame may hold other rows when the batch is replayed.
+    Without a shuffle, each partition is a fixed piece of the batch's Kafka offset ranges."""
+    plan = frame._jdf.queryExecution().executedPlan().toString()
+    return any(name in plan for name in _UNSTABLE_OPERATORS)
+
+
+def _write_partition(write, batches):
+    """Runs in an executor: hand this Spark partition's rows to the sink, as one table."""
     import pyarrow as pa
     from pyspark import TaskContext
 
     part = TaskContext.get().partitionId()
     collected = list(batches)
-    rows = 0
-    if collected:
-        rows = sink.write_stage_part(batch_id, part, pa.Table.from_batches(collected))
+    rows = write(part, pa.Table.from_batches(collected)) if collected else 0
     yield pa.RecordBatch.from_pydict({"rows": [rows]})
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from jobs.kafka.offsets import PLAN, flatten
 from jobs.kafka.source import KafkaDataSource, KafkaSourceOptions, KafkaStreamReader
 from tests.kafka_helpers import new_topic, produce
 
@@ -104,11 +107,41 @@ def test_partitions_missing_from_the_checkpoint_are_read_from_their_beginning(ka
     try:
         start = {topic: {"0": 10, "1": 10}}
         end = reader.latestOffset(start, ReadAllAvailable())
-        assert end == {topic: {"0": 10, "1": 10, "2": 10}}
+        assert flatten(end) == {(topic, 0): 10, (topic, 1): 10, (topic, 2): 10}
+        assert end[PLAN]["from"] == {topic: {"2": 0}}
         ranges = [p.range for p in reader.partitions(start, end)]
         assert [(r.partition, r.start, r.end) for r in ranges] == [(2, 0, 5), (2, 5, 10)]
     finally:
         reader.stop()
+
+
+def test_a_replayed_batch_is_cut_exactly_as_the_first_time(kafka_bootstrap):
+    """Per-partition commit markers need a replay to read the same input partitions, even
+    when the query restarts with other options (more cores) or the log changed meanwhile."""
+    topic = new_topic(kafka_bootstrap, partitions=2)
+    produce(kafka_bootstrap, topic, ({"id": i} for i in range(100)), partitions=2)
+
+    def reader(min_partitions):
+        options = {
+            "topics": topic,
+            "bootstrap_servers": kafka_bootstrap,
+            "starting_offsets": "earliest",
+        }
+        return KafkaStreamReader(KafkaSourceOptions({**options, "min_partitions": min_partitions}))
+
+    first, later = reader("2"), reader("7")
+    try:
+        start = first.initialOffset()
+        end = first.latestOffset(start, ReadAllAvailable())
+        planned = [p.range for p in first.partitions(start, end)]
+        replayed = [p.range for p in later.partitions(start, json.loads(json.dumps(end)))]
+        assert replayed == planned
+        assert len(planned) == 2
+        # Nothing new: the very same offsets come back, so Spark runs no empty batch.
+        assert first.latestOffset(end, ReadAllAvailable()) is end
+    finally:
+        first.stop()
+        later.stop()
 
 
 def test_log_ends_come_from_the_fetch_high_watermark(kafka_bootstrap):

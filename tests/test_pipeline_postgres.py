@@ -8,7 +8,8 @@ import uuid
 import psycopg
 import pytest
 
-from jobs.pipeline import RunConfig, start_query
+from jobs.pipeline import RunConfig, shuffles, start_query
+from jobs.sinks.postgres import PostgresSink
 from jobs.spec import parse_spec
 from tests.kafka_helpers import new_topic, produce
 
@@ -169,3 +170,99 @@ def test_a_new_checkpoint_under_the_same_pipeline_name_is_not_mistaken_for_the_o
     drain(spark, second)
     (count,) = fetch(sink_dsn, f'SELECT count(*) FROM "{first.spec.sink.table}"')[0]
     assert count == 250
+
+
+def markers(dsn, pipeline):
+    return fetch(
+        dsn,
+        "SELECT batch_id, part FROM _cp_commits WHERE pipeline = %s ORDER BY 1, 2",
+        pipeline,
+    )
+
+
+def test_a_batch_that_died_after_some_partitions_committed_is_completed_exactly_once(
+    spark, kafka_bootstrap, sink_dsn, tmp_path, monkeypatch
+):
+    """Executors committed their partitions of batch 1, then the driver died before the batch
+    marker: the replay writes the batch marker and none of the partitions a second time."""
+    topic = new_topic(kafka_bootstrap)
+    produce(kafka_bootstrap, topic, events(0, 1000) + MALFORMED)
+    config = run_config(tmp_path, topic, sink_dsn)
+    finish = PostgresSink.finish_batch
+
+    def dies_at_batch_1(self, batch_id, rows, dead_letters=None):
+        if batch_id == 1:
+            raise RuntimeError("the driver died here")
+        return finish(self, batch_id, rows, dead_letters)
+
+    monkeypatch.setattr(PostgresSink, "finish_batch", dies_at_batch_1)
+    query = start_query(spark, config, available_now=True)
+    with pytest.raises(Exception, match="the driver died here"):
+        query.awaitTermination(180)
+    written = markers(sink_dsn, config.pipeline)
+    assert (1, -1) not in written and [m for m in written if m[0] == 1], written
+    table = config.spec.sink.table
+    (landed,) = fetch(sink_dsn, f'SELECT count(*) FROM "{table}"')[0]
+    assert 400 < landed <= 800  # batch 0 and the partitions of batch 1
+
+    monkeypatch.setattr(PostgresSink, "finish_batch", finish)
+    drain(spark, config)
+    assert fetch(sink_dsn, f'SELECT count(*), count(DISTINCT id) FROM "{table}"')[0] == (
+        1000,
+        1000,
+    )
+    assert (1, -1) in markers(sink_dsn, config.pipeline)
+    (dead,) = fetch(
+        sink_dsn, "SELECT count(*) FROM _cp_dead_letters WHERE pipeline = %s", config.pipeline
+    )[0]
+    assert dead == len(MALFORMED)
+
+
+def test_a_transform_that_shuffles_is_staged_and_committed_in_one_transaction(
+    spark, kafka_bootstrap, sink_dsn, tmp_path
+):
+    """After a GROUP BY, Spark partitions are not fixed pieces of the input, so per-partition
+    markers would not be safe on a replay: the batch is staged and committed whole."""
+    topic = new_topic(kafka_bootstrap)
+    produce(kafka_bootstrap, topic, events(0, 300))
+    transform = {"sql": "SELECT substr(id, 1, 2) AS prefix, count(*) AS n FROM source GROUP BY 1"}
+    config = run_config(tmp_path, topic, sink_dsn, transform=transform)
+    drain(spark, config)
+    (total,) = fetch(sink_dsn, f'SELECT sum(n) FROM "{config.spec.sink.table}"')[0]
+    assert total == 300
+    assert {part for _, part in markers(sink_dsn, config.pipeline)} == {-1}
+
+
+def test_a_narrow_transform_is_written_directly_by_every_partition(
+    spark, kafka_bootstrap, sink_dsn, tmp_path
+):
+    topic = new_topic(kafka_bootstrap)
+    produce(kafka_bootstrap, topic, events(0, 300))
+    config = run_config(tmp_path, topic, sink_dsn)
+    drain(spark, config)
+    parts = {part for _, part in markers(sink_dsn, config.pipeline)}
+    assert -1 in parts and len(parts - {-1}) >= 2
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("SELECT id, amount * 2 AS a FROM source WHERE amount > 1", False),
+        ("SELECT id FROM source UNION ALL SELECT id FROM source", False),
+        ("SELECT id, count(*) FROM source GROUP BY id", True),
+        ("SELECT DISTINCT id FROM source", True),
+        ("SELECT * FROM source ORDER BY amount", True),
+        ("SELECT * FROM source LIMIT 3", True),
+        ("SELECT * FROM source ORDER BY amount LIMIT 3", True),
+        ("SELECT a.id FROM source a JOIN source b ON a.id = b.id", True),
+        ("SELECT id, rank() OVER (PARTITION BY id ORDER BY amount) FROM source", True),
+    ],
+)
+def test_shuffles_tells_plans_with_stable_partitions_from_the_others(spark, query, expected):
+    frame = spark.range(0, 6, 1, 2).selectExpr("CAST(id % 2 AS STRING) AS id", "id * 1.5 AS amount")
+    frame = frame.persist()  # as in a batch: the cached input is what the transform reads
+    frame.createOrReplaceTempView("source")
+    try:
+        assert shuffles(spark.sql(query)) is expected
+    finally:
+        frame.unpersist()

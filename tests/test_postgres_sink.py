@@ -8,7 +8,7 @@ import psycopg
 import pyarrow as pa
 import pytest
 
-from jobs.sinks.postgres import Column, PostgresSink
+from jobs.sinks.postgres import Column, MixedWritesError, PostgresSink
 
 
 @pytest.fixture
@@ -87,3 +87,64 @@ def test_stages_of_batches_that_died_are_cleaned_up(sink, sink_dsn):
         )
         assert left.fetchone()[0] == 0
     assert rows(s, sink_dsn) == []
+
+
+# -- direct writes: every partition commits with its own marker ---------------------------------
+
+
+def test_a_partition_written_directly_lands_once_however_often_its_task_runs(sink, sink_dsn):
+    s = sink()
+    assert s.write_part(0, 0, table(("a", 1), ("b", 2))) == 2
+    s.write_part(0, 0, table(("a", 1), ("b", 2)))  # a retried task, or a replayed batch
+    s.write_part(0, 1, table(("c", 3)))
+    assert rows(s, sink_dsn) == [("a", 1), ("b", 2), ("c", 3)]
+
+
+def test_a_batch_is_committed_only_once_its_own_marker_is_written(sink, sink_dsn):
+    """Partitions committed directly do not make the batch committed: a replay after a crash
+    between them and the batch marker must still run the partitions that are missing."""
+    s = sink()
+    s.write_part(3, 0, table(("a", 1)))
+    assert not s.committed(3)
+    s.write_part(3, 1, table(("b", 2)))
+    assert s.finish_batch(3, rows=2) is True
+    assert s.committed(3)
+    assert s.finish_batch(3, rows=2) is False  # a replay of the batch's end
+    assert rows(s, sink_dsn) == [("a", 1), ("b", 2)]
+
+
+def test_dead_letters_are_written_with_the_batch_marker_and_only_once(sink, sink_dsn):
+    s = sink()
+    dead = pa.table(
+        {
+            "topic": ["t", "t"],
+            "partition": [0, 1],
+            "offset": [7, 9],
+            "timestamp": [None, None],
+            "value": [b"{oops", None],
+            "error": ["does not parse", "empty value (null)"],
+        }
+    )
+    s.finish_batch(0, rows=0, dead_letters=dead)
+    s.finish_batch(0, rows=0, dead_letters=dead)
+    with psycopg.connect(sink_dsn) as conn:
+        got = conn.execute(
+            'SELECT partition, "offset", raw FROM _cp_dead_letters WHERE pipeline = %s'
+            " ORDER BY partition",
+            (s.pipeline,),
+        ).fetchall()
+    assert [(p, o, r and bytes(r)) for p, o, r in got] == [(0, 7, b"{oops"), (1, 9, None)]
+
+
+def test_a_batch_partly_written_directly_is_never_staged_on_top(sink, sink_dsn):
+    """If the pipeline changed between a crash and the replay so that the batch is now
+    staged, staging it would write the directly committed partitions twice: refuse."""
+    s = sink()
+    s.write_part(4, 0, table(("a", 1)))
+    s.prepare_stage(4)
+    s.write_stage_part(4, 0, table(("a", 1)))
+    s.write_stage_part(4, 1, table(("b", 2)))
+    with pytest.raises(MixedWritesError, match="partly written directly"):
+        s.commit_stage(4)
+    assert rows(s, sink_dsn) == [("a", 1)]
+    assert not s.committed(4)

@@ -136,12 +136,15 @@ class RunProgress(RunReportView):
 
 
 def _offsets(value):
-    """Spark reports source offsets as JSON text; keep them as JSON."""
+    """Spark reports source offsets as JSON text; keep the per-topic offsets as JSON (keys
+    starting with `$` are the source's own bookkeeping, such as a batch's split plan)."""
     if isinstance(value, str):
         try:
-            return json.loads(value)
+            value = json.loads(value)
         except ValueError:
             return None
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if not str(k).startswith("$")}
     return value
 
 

@@ -1,7 +1,9 @@
 """Offset arithmetic for the Kafka source: pure functions, no Kafka, no Spark.
 
 Offsets are `{"topic": {"partition": next_offset}}` with string partition keys, the form kept
-in Spark's offset log (JSON with primitive values only).
+in Spark's offset log (JSON with primitive values only). Keys starting with `$` are not
+topics (Kafka topic names cannot hold `$`): a batch's end offsets also record how the batch
+is cut into input partitions (`PLAN`), so a replay of the batch reads the very same pieces.
 """
 
 from __future__ import annotations
@@ -10,9 +12,18 @@ from dataclasses import dataclass
 
 Offsets = dict[str, dict[str, int]]
 
+# In a batch's end offsets: {"min_splits": n, "max_split_records": m, "from": {new partitions'
+# first offsets}}: everything split() needs besides the two offsets themselves.
+PLAN = "$plan"
+
 
 def flatten(offsets: Offsets) -> dict[tuple[str, int], int]:
-    return {(t, int(p)): o for t, parts in offsets.items() for p, o in parts.items()}
+    return {
+        (t, int(p)): o
+        for t, parts in offsets.items()
+        if not t.startswith("$")
+        for p, o in parts.items()
+    }
 
 
 def nest(flat: dict[tuple[str, int], int]) -> Offsets:

@@ -38,7 +38,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from .offsets import Offsets, Range, cap, flatten, nest, split
+from .offsets import PLAN, Offsets, Range, cap, flatten, nest, split
 
 log = logging.getLogger("jobs.kafka")
 
@@ -160,17 +160,30 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         partitions = self._partitions()
         begin = flatten(start)
         new = [tp for tp in partitions if tp not in begin]
+        first = {}
         if new:
             # Partitions added to a topic are read from their beginning, as Spark does.
             log.info("cp_kafka: new partitions %s", sorted(new))
-            begin.update(self._beginning(new))
+            first = self._beginning(new)
+            begin.update(first)
         ends = self._end(partitions)
         self._latest = nest(ends)
         if self._target is not None:
             ends = {tp: min(o, self._target.get(tp, begin.get(tp, 0))) for tp, o in ends.items()}
         latest = nest(ends)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return cap(nest(begin), latest, max_rows)
+        end = cap(nest(begin), latest, max_rows)
+        if flatten(end) == flatten(start):
+            return start  # nothing new: the very same offsets, so Spark runs no batch
+        # How this batch is cut, kept with its offsets: a replay (after a restart, maybe with
+        # other options or more cores) reads exactly the same input partitions, which is what
+        # per-partition commit markers in a sink rely on.
+        end[PLAN] = {
+            "min_splits": self.options.min_partitions,
+            "max_split_records": self.options.max_split_records,
+            "from": nest(first),
+        }
+        return end
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._end(self._partitions())
@@ -180,15 +193,21 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> list[KafkaRangePartition]:
         begin = flatten(start)
-        new = [tp for tp in flatten(end) if tp not in begin]
-        if new:
-            # Partitions discovered by latestOffset() start at their beginning.
-            begin.update(self._beginning(new))
+        plan = end.get(PLAN)
+        if plan is None:
+            # An offset log written before plans were recorded: plan as then.
+            plan = {
+                "min_splits": self.options.min_partitions,
+                "max_split_records": self.options.max_split_records,
+            }
+            new = [tp for tp in flatten(end) if tp not in begin]
+            plan["from"] = nest(self._beginning(new)) if new else {}
+        begin.update(flatten(plan["from"]))
         pieces = split(
             nest(begin),
             end,
-            min_splits=self.options.min_partitions,
-            max_split_records=self.options.max_split_records,
+            min_splits=plan["min_splits"],
+            max_split_records=plan["max_split_records"],
         )
         return [
             KafkaRangePartition(

@@ -1,13 +1,23 @@
 """Exactly-once micro-batch writes into Postgres.
 
-Executors COPY their partitions of a batch, in parallel, into an unlogged stage table; then
-one transaction on the driver claims the batch's commit marker
-`(pipeline, stream_id, batch_id, part)` in `_cp_commits` and moves the staged rows into the
-target with one INSERT ... SELECT (no rows pass through the driver). A replayed
-batch (the query restarted after writing but before Spark's own commit log recorded it) finds
-its marker and writes nothing; a batch that died mid-transaction left nothing behind, marker
-included. Two writers racing for one marker serialise on its primary key: the loser waits,
-then sees the conflict and skips.
+Commit markers `(pipeline, stream_id, batch_id, part)` live in `_cp_commits`, each written in
+the same transaction as the rows it stands for. Two ways to write a batch, chosen per batch:
+
+* Direct (append mode, and a plan without a shuffle, so each Spark partition of the batch is
+  a fixed piece of the Kafka offset ranges the checkpoint recorded): every executor task
+  COPYs its partition straight into the target, in one transaction with the partition's own
+  marker (`part` = the Spark partition). A retried or replayed task finds its marker and
+  writes nothing. When every task is done, the driver writes the batch's marker (`part` -1)
+  and its dead letters. No row passes through the driver, nothing is written twice.
+* Staged (upsert mode, or a plan with a shuffle): executors COPY their partitions, in
+  parallel, into an unlogged stage table; then one driver transaction claims the batch's
+  marker (`part` -1) and moves the staged rows into the target with one INSERT ... SELECT,
+  where the last record per key wins. A batch that died mid-way left nothing in the target.
+
+A replayed batch (the query restarted after the sink's transaction but before Spark's own
+commit log recorded the batch) finds its `part` -1 marker and skips all work. Two writers
+racing for one marker serialise on its primary key: the loser waits, sees the conflict and
+skips.
 
 `stream_id` is the streaming query's id, which Spark keeps in the checkpoint: batch ids start
 again at 0 in a new checkpoint (or for a pipeline deleted and created again under the same
@@ -70,6 +80,14 @@ class Column:
 
 def _table_ident(table: str) -> sql.Composable:
     return sql.Identifier(*table.split("."))
+
+
+BATCH = -1  # the `part` of a whole batch's marker
+
+
+class MixedWritesError(RuntimeError):
+    """A replayed batch was partly written directly and is now to be staged: it cannot be
+    completed exactly once, so the job stops instead."""
 
 
 class PostgresSink:
@@ -143,7 +161,7 @@ class PostgresSink:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def _claim(self, conn: psycopg.Connection, batch_id: int, rows: int, part: int = -1) -> bool:
+    def _claim(self, conn: psycopg.Connection, batch_id: int, rows: int, part: int = BATCH) -> bool:
         """Insert the batch's commit marker; False if it exists (the batch is a replay)."""
         claimed = conn.execute(
             sql.SQL(
@@ -153,21 +171,46 @@ class PostgresSink:
             (self.pipeline, self.stream_id, batch_id, part, rows),
         ).fetchone()
         if claimed is None:
-            log.info("batch %s of %s already committed: skipped", batch_id, self.pipeline)
+            log.info(
+                "batch %s (part %s) of %s already committed: skipped", batch_id, part, self.pipeline
+            )
         return claimed is not None
 
     def committed(self, batch_id: int) -> bool:
-        """Whether the batch's marker exists: a replayed batch can skip all its work."""
+        """Whether the whole batch's marker exists: a replayed batch can skip all its work."""
         with self.connect() as conn:
-            return (
-                conn.execute(
-                    sql.SQL(
-                        "SELECT 1 FROM {} WHERE pipeline = %s AND stream_id = %s AND batch_id = %s"
-                    ).format(sql.Identifier(COMMITS_TABLE)),
-                    (self.pipeline, self.stream_id, batch_id),
-                ).fetchone()
-                is not None
-            )
+            return bool(self._parts(conn, batch_id, whole=True))
+
+    def _parts(self, conn: psycopg.Connection, batch_id: int, *, whole: bool) -> list[int]:
+        """The batch's marker (whole) or the markers of its partitions written directly."""
+        return [
+            part
+            for (part,) in conn.execute(
+                sql.SQL(
+                    "SELECT part FROM {} WHERE pipeline = %s AND stream_id = %s AND batch_id = %s"
+                    " AND (part = %s) = %s"
+                ).format(sql.Identifier(COMMITS_TABLE)),
+                (self.pipeline, self.stream_id, batch_id, BATCH, whole),
+            ).fetchall()
+        ]
+
+    # -- writing: direct, every executor task commits its own partition ----------------------
+
+    def write_part(self, batch_id: int, part: int, table) -> int:
+        """Append this Spark partition's rows with its marker, in one transaction; a task
+        whose marker exists (a retry, a replay) writes nothing."""
+        with self.connect() as conn, conn.transaction():
+            if self._claim(conn, batch_id, table.num_rows, part) and table.num_rows:
+                self._copy(conn, _table_ident(self.table), table)
+        return table.num_rows
+
+    def finish_batch(self, batch_id: int, rows: int, dead_letters=None) -> bool:
+        """After every partition was written directly: the batch's marker and dead letters."""
+        with self.connect() as conn, conn.transaction():
+            done = self._claim(conn, batch_id, rows)
+            if done and dead_letters is not None and dead_letters.num_rows:
+                self._dead_letters(conn, batch_id, dead_letters)
+        return done
 
     # -- writing: executors stage their partitions in parallel, the driver commits -----------
 
@@ -201,6 +244,15 @@ class PostgresSink:
         stage = sql.Identifier(self.stage_name(batch_id))
         with self.connect() as conn:
             with conn.transaction():
+                direct = self._parts(conn, batch_id, whole=False)
+                if direct:
+                    raise MixedWritesError(
+                        f"batch {batch_id} of {self.pipeline} was partly written directly"
+                        f" (partitions {sorted(direct)}) before a restart, and the pipeline now"
+                        " stages its writes (sink mode or transform changed?): it cannot be"
+                        " completed exactly once. Restore the previous sink mode and"
+                        " transform until this batch is committed."
+                    )
                 (rows,) = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(stage)).fetchone()
                 done = self._claim(conn, batch_id, rows)
                 if done:

@@ -21,7 +21,7 @@ PROGRESS = {
         {
             "description": "cp_kafka",
             "startOffset": '{"t": {"0": 0}}',
-            "endOffset": '{"t": {"0": 1200}}',
+            "endOffset": '{"t": {"0": 1200}, "$plan": {"min_splits": 2}}',
             "latestOffset": '{"t": {"0": 5000}}',
             "numInputRows": 1200,
         }
