@@ -1,6 +1,6 @@
 """Kafka -> Spark -> Postgres throughput, next to two baselines measured in the same run.
 
-    .venv/bin/python bench/throughput.py [--events 500000]      (services from ./stack services)
+    .venv/bin/python bench/throughput.py [--events 500000 --rounds 3]   (after ./stack services)
 
 Figures, all for ~200-byte JSON delivery events on this machine:
   raw       one kafka-python consumer reading every record (no Spark): the source ceiling
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -32,7 +33,12 @@ SCHEMA = (
     "delivery_id STRING, courier_id STRING, status STRING, lat DOUBLE, lon DOUBLE, "
     "event_time TIMESTAMP"
 )
-TRANSFORM = "SELECT delivery_id, courier_id, status, lat, lon, event_time FROM source"
+# For the no-op sink, and for the Postgres path with a transform (which caches each batch to
+# write its dead letters and the transform's output from one read of Kafka). Without a
+# transform, the Postgres path writes rows and dead letters in one pass.
+TRANSFORM = (
+    "SELECT delivery_id, courier_id, status, lat, lon, event_time FROM source WHERE lat IS NOT NULL"
+)
 
 
 def raw_reader(bootstrap: str, topic: str, partitions: int, expected: int) -> float:
@@ -56,7 +62,9 @@ def raw_reader(bootstrap: str, topic: str, partitions: int, expected: int) -> fl
     return seen / elapsed
 
 
-def config_for(topic, bootstrap, sink_dsn, workdir: Path, per_batch: int) -> RunConfig:
+def config_for(
+    topic, bootstrap, sink_dsn, workdir: Path, per_batch: int, transform: str | None = None
+) -> RunConfig:
     spec = parse_spec(
         {
             "source": {
@@ -66,7 +74,7 @@ def config_for(topic, bootstrap, sink_dsn, workdir: Path, per_batch: int) -> Run
                 "starting_offsets": "earliest",
                 "max_records_per_batch": per_batch,
             },
-            "transform": {"sql": TRANSFORM},
+            "transform": {"sql": transform} if transform else None,
             "sink": {"connection": "pg", "table": f"bench_{uuid.uuid4().hex[:8]}"},
         }
     )
@@ -158,6 +166,8 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=500_000)
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--per-batch", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warm-up", type=int, default=200_000, help="events per path, first")
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args()
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
@@ -168,11 +178,8 @@ def main() -> int:
     started = time.perf_counter()
     produce(bootstrap, topic, rate=0, count=args.events, partitions=args.partitions)
     warm_topic = f"{topic}-warm-up"
-    produce(bootstrap, warm_topic, rate=0, count=20_000, partitions=args.partitions)
+    produce(bootstrap, warm_topic, rate=0, count=args.warm_up, partitions=args.partitions)
     print(f"produced {args.events} events in {time.perf_counter() - started:.1f} s", flush=True)
-
-    raw = raw_reader(bootstrap, topic, args.partitions, args.events)
-    print(f"raw kafka-python reader:        {raw:>10,.0f} events/s", flush=True)
 
     from pyspark.sql import SparkSession
 
@@ -186,29 +193,64 @@ def main() -> int:
     startup = time.perf_counter() - started
     print(f"driver start to SparkSession:   {startup:>10.1f} s", flush=True)
 
+    figures: dict[str, list[float]] = {
+        "raw": [],
+        "noop": [],
+        "postgres": [],
+        "postgres_transform": [],
+        "ratio": [],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        # Warm-up of both paths: the first batches pay for Python worker start-up and
-        # imports, once per process; what is measured is the steady state.
-        noop_pipeline(spark, config_for(warm_topic, bootstrap, sink_dsn, work / "w1", 10_000))
-        warm = config_for(warm_topic, bootstrap, sink_dsn, work / "w2", 10_000)
+        # Warm-up of both paths: the first batches pay for Python worker start-up, imports
+        # and the JVM's JIT compilation of each path; what is measured is the steady state.
+        per_batch = max(1, args.warm_up // 2)
+        noop_pipeline(spark, config_for(warm_topic, bootstrap, sink_dsn, work / "w1", per_batch))
+        warm = config_for(warm_topic, bootstrap, sink_dsn, work / "w2", per_batch)
         timed_drain(start_query(spark, warm, available_now=True))
-        rows, seconds = noop_pipeline(
-            spark, config_for(topic, bootstrap, sink_dsn, work / "noop", args.per_batch)
-        )
-        noop = rows / seconds
-        print(f"pipeline -> no-op sink:         {noop:>10,.0f} events/s ({rows} rows)", flush=True)
-        config = config_for(topic, bootstrap, sink_dsn, work / "pg", args.per_batch)
-        rows, seconds = timed_drain(start_query(spark, config, available_now=True))
-        pg = rows / seconds
-        print(f"pipeline -> Postgres, exactly once: {pg:>6,.0f} events/s ({rows} rows)", flush=True)
+        # Rounds of all three, back to back: a shared machine's speed drifts, so each ratio
+        # compares figures taken seconds apart, and the medians are reported.
+        for round_ in range(1, args.rounds + 1):
+            raw = raw_reader(bootstrap, topic, args.partitions, args.events)
+            rows, seconds = noop_pipeline(
+                spark,
+                config_for(topic, bootstrap, sink_dsn, work / f"noop{round_}", args.per_batch),
+            )
+            noop = rows / seconds
+            config = config_for(topic, bootstrap, sink_dsn, work / f"pg{round_}", args.per_batch)
+            rows, seconds = timed_drain(start_query(spark, config, available_now=True))
+            pg = rows / seconds
+            config = config_for(
+                topic, bootstrap, sink_dsn, work / f"pgt{round_}", args.per_batch, TRANSFORM
+            )
+            rows, seconds = timed_drain(start_query(spark, config, available_now=True))
+            pg_transform = rows / seconds
+            for name, value in (
+                ("raw", raw),
+                ("noop", noop),
+                ("postgres", pg),
+                ("postgres_transform", pg_transform),
+            ):
+                figures[name].append(value)
+            figures["ratio"].append(pg / noop)
+            print(
+                f"round {round_}: raw {raw:,.0f}/s, no-op sink {noop:,.0f}/s, Postgres exactly"
+                f" once {pg:,.0f}/s (with a transform {pg_transform:,.0f}/s),"
+                f" ratio {pg / noop:.2f}",
+                flush=True,
+            )
+    raw, noop, pg, pg_transform, ratio = (statistics.median(figures[k]) for k in figures)
+    print(f"raw kafka-python reader:        {raw:>10,.0f} events/s (median)")
+    print(f"pipeline -> no-op sink:         {noop:>10,.0f} events/s (median)")
+    print(f"pipeline -> Postgres, exactly once: {pg:>6,.0f} events/s (median)")
+    print(f"  the same with a SQL transform:  {pg_transform:>8,.0f} events/s (median)")
     jvm_pid = spark._jvm.ProcessHandle.current().pid()
     peak = peak_rss_mb(jvm_pid)
     workers, workers_peak = python_workers_peak_rss_mb(jvm_pid)
     print(f"driver JVM peak RSS:            {peak or 0:>10,.0f} MB")
     print(f"Python workers peak RSS:        {workers_peak:>10,.0f} MB (sum over {workers})")
     print(f"sink Postgres:                  {postgres_settings(sink_dsn)}")
-    print(f"postgres / noop ratio:          {pg / noop:>10.2f}")
+    print(f"postgres / noop ratio:          {ratio:>10.2f} (median of the rounds' ratios)")
     spark.stop()
     print(
         json.dumps(
@@ -217,7 +259,9 @@ def main() -> int:
                 "raw_events_per_s": round(raw),
                 "noop_events_per_s": round(noop),
                 "postgres_events_per_s": round(pg),
-                "postgres_to_noop": round(pg / noop, 3),
+                "postgres_with_transform_events_per_s": round(pg_transform),
+                "postgres_to_noop": round(ratio, 3),
+                "rounds": args.rounds,
                 "driver_startup_s": round(startup, 2),
                 "driver_jvm_peak_rss_mb": round(peak) if peak else None,
                 "python_workers_peak_rss_mb": round(workers_peak),

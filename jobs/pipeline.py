@@ -23,6 +23,9 @@ log = logging.getLogger("jobs.pipeline")
 
 CORRUPT = "_cp_corrupt"
 PARSED = "_cp_record"
+BAD = "_cp_bad"
+DEAD_LETTER_FIELDS = ("topic", "partition", "offset", "timestamp", "value")
+EMPTY_VALUE = "empty value (null)"
 
 
 @dataclass(frozen=True)
@@ -138,60 +141,94 @@ class BatchWriter:
     def __call__(self, batch, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
-        spark = batch.sparkSession
         if not self.sink.stream_id:
             self.sink.stream_id = stream_id(self.config.checkpoint)
+        record = F.col(PARSED)
+        bad = record.isNull() | record[CORRUPT].isNotNull()
+        # One frame for both outputs: a flag, the raw record only where it did not parse
+        # (the dead letter), and the parsed columns.
+        batch = batch.select(
+            bad.alias(BAD),
+            *[F.when(bad, F.col(c)).alias(f"_cp_{c}") for c in DEAD_LETTER_FIELDS],
+            *[record[c].alias(c) for c in self.columns],
+        )
+        good = batch.where(~F.col(BAD)).select(*[F.col(f"`{c}`") for c in self.columns])
+        transform = self.config.spec.transform
+        if not self.tables_ready:
+            out = good
+            if transform:
+                good.createOrReplaceTempView("source")
+                out = batch.sparkSession.sql(transform.sql)
+            self.sink.ensure_tables(
+                [Column(f.name, f.dataType.simpleString()) for f in out.schema.fields]
+            )
+            self.sink.drop_stages()  # left by batches that died before committing
+            self.tables_ready = True
+        if self.sink.committed(batch_id):
+            log.info("batch %s was committed before (a replay): skipped", batch_id)
+            return
+        if transform is None and self.sink.mode == "append":
+            rows, dead = self._single_pass(batch, batch_id)
+            how = "direct, one pass"
+        else:
+            rows, dead, how = self._cached(batch, batch_id)
+        log.info("batch %s: %s rows (%s), %s dead letters", batch_id, rows, how, dead)
+
+    def _single_pass(self, batch, batch_id: int) -> tuple[int, int]:
+        """No transform, append: each task writes its partition's rows and dead letters with
+        its marker; Kafka is read once and nothing is cached."""
+        written = (
+            for_copy(batch, self.columns)
+            .mapInArrow(
+                functools.partial(
+                    _write_partition_and_dead_letters,
+                    functools.partial(self.sink.write_part, batch_id),
+                    self.columns,
+                    self.parse_error,
+                ),
+                "rows LONG, dead LONG",
+            )
+            .collect()
+        )
+        rows = sum(r.rows for r in written)
+        self.sink.finish_batch(batch_id, rows)
+        return rows, sum(r.dead for r in written)
+
+    def _cached(self, batch, batch_id: int) -> tuple[int, int, str]:
+        """A transform or upsert: the batch is cached, so the transform's output and the dead
+        letters come from one read of Kafka."""
+        from pyspark.sql import functions as F
+
         batch = batch.persist()
         try:
-            record = F.col(PARSED)
-            bad = record.isNull() | record[CORRUPT].isNotNull()
-            dead = batch.where(bad).select(
-                "topic",
-                "partition",
-                "offset",
-                "timestamp",
-                "value",
-                F.when(F.col("value").isNull(), F.lit("empty value (null)"))
+            dead = batch.where(F.col(BAD)).select(
+                *[F.col(f"_cp_{c}").alias(c) for c in DEAD_LETTER_FIELDS],
+                F.when(F.col("_cp_value").isNull(), F.lit(EMPTY_VALUE))
                 .otherwise(F.lit(self.parse_error))
                 .alias("error"),
             )
-            good = batch.where(~bad).select(*[record[c].alias(c) for c in self.columns])
+            good = batch.where(~F.col(BAD)).select(*[F.col(f"`{c}`") for c in self.columns])
             good.createOrReplaceTempView("source")
             transform = self.config.spec.transform
-            out = spark.sql(transform.sql) if transform else good
-            if not self.tables_ready:
-                self.sink.ensure_tables(
-                    [Column(f.name, f.dataType.simpleString()) for f in out.schema.fields]
-                )
-                self.sink.drop_stages()  # left by batches that died before committing
-                self.tables_ready = True
-            if self.sink.committed(batch_id):
-                log.info("batch %s was committed before (a replay): skipped", batch_id)
-                return
+            out = batch.sparkSession.sql(transform.sql) if transform else good
             direct = self.sink.mode == "append" and not shuffles(out)
             if direct:
-                write = functools.partial(self.sink.write_part, batch_id)
+                write = functools.partial(
+                    _write_partition_directly, functools.partial(self.sink.write_part, batch_id)
+                )
             else:
                 self.sink.prepare_stage(batch_id)
-                write = functools.partial(self.sink.write_stage_part, batch_id)
-            written = (
-                for_copy(out)
-                .mapInArrow(functools.partial(_write_partition, write), "rows LONG")
-                .collect()
-            )
+                write = functools.partial(
+                    _write_partition, functools.partial(self.sink.write_stage_part, batch_id)
+                )
+            written = for_copy(out).mapInArrow(write, "rows LONG").collect()
             rows = sum(r.rows for r in written)
             dead_rows = dead.toArrow()
             if direct:
                 self.sink.finish_batch(batch_id, rows, dead_letters=dead_rows)
             else:
                 self.sink.commit_stage(batch_id, dead_letters=dead_rows)
-            log.info(
-                "batch %s: %s rows (%s), %s dead letters",
-                batch_id,
-                rows,
-                "direct" if direct else "staged",
-                dead_rows.num_rows,
-            )
+            return rows, dead_rows.num_rows, "direct" if direct else "staged"
         finally:
             batch.unpersist()
 
@@ -226,15 +263,57 @@ def _write_partition(write, batches):
     yield pa.RecordBatch.from_pydict({"rows": [rows]})
 
 
-def for_copy(frame):
-    """The frame as COPY wants it: nested values become JSON text, binary becomes bytea hex."""
+def _write_partition_directly(write, batches):
+    """Runs in an executor: stream this Spark partition's rows to the sink (direct path)."""
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    rows, _ = write(TaskContext.get().partitionId(), ((b, None) for b in batches))
+    yield pa.RecordBatch.from_pydict({"rows": [rows]})
+
+
+def _write_partition_and_dead_letters(write, columns, parse_error, batches):
+    """Runs in an executor: stream this Spark partition's good rows and dead letters to the
+    sink, in one transaction (the single-pass path)."""
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    rows, dead = write(
+        TaskContext.get().partitionId(),
+        (_split_dead_letters(b, columns, parse_error) for b in batches),
+    )
+    yield pa.RecordBatch.from_pydict({"rows": [rows], "dead": [dead]})
+
+
+def _split_dead_letters(batch, columns, parse_error):
+    """A record batch of the one-pass frame -> (good rows, dead letters)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    bad = batch.column(BAD)
+    good = batch.filter(pc.invert(bad)).select(columns)
+    if not pc.any(bad).as_py():
+        return good, None
+    letters = pa.Table.from_batches([batch.filter(bad)]).select(
+        [f"_cp_{c}" for c in DEAD_LETTER_FIELDS]
+    )
+    letters = letters.rename_columns(list(DEAD_LETTER_FIELDS))
+    error = pc.if_else(pc.is_null(letters.column("value")), EMPTY_VALUE, parse_error)
+    return good, letters.append_column("error", error)
+
+
+def for_copy(frame, only=None):
+    """The frame as COPY wants it: nested values become JSON text, binary becomes bytea hex
+    (in the given columns, or all of them)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, BinaryType, MapType, StructType
 
     columns = []
     for field in frame.schema.fields:
         column = F.col(f"`{field.name}`")
-        if isinstance(field.dataType, ArrayType | MapType | StructType):
+        if only is not None and field.name not in only:
+            pass
+        elif isinstance(field.dataType, ArrayType | MapType | StructType):
             column = F.to_json(column)
         elif isinstance(field.dataType, BinaryType):
             column = F.concat(F.lit("\\x"), F.hex(column))

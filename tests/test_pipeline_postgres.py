@@ -72,12 +72,23 @@ def events(start, stop):
     ]
 
 
+# The three ways a batch is written: without a transform in one pass over Kafka; with a
+# transform that keeps partitions stable, cached then written by each partition; with a
+# shuffle, staged then committed by the driver.
+PATHS = {
+    "one pass": None,
+    "cached, direct": {"sql": "SELECT id, amount, ts FROM source WHERE amount >= 0"},
+    "staged": {"sql": "SELECT DISTINCT id, amount, ts FROM source"},
+}
+
+
+@pytest.mark.parametrize("transform", PATHS.values(), ids=PATHS.keys())
 def test_valid_records_land_once_and_malformed_ones_become_dead_letters(
-    spark, kafka_bootstrap, sink_dsn, tmp_path
+    spark, kafka_bootstrap, sink_dsn, tmp_path, transform
 ):
     topic = new_topic(kafka_bootstrap)
     produce(kafka_bootstrap, topic, events(0, 1000) + MALFORMED)
-    config = run_config(tmp_path, topic, sink_dsn)
+    config = run_config(tmp_path, topic, sink_dsn, transform=transform)
     drain(spark, config)
     table = config.spec.sink.table
     ids = [r[0] for r in fetch(sink_dsn, f'SELECT id FROM "{table}"')]
@@ -180,14 +191,15 @@ def markers(dsn, pipeline):
     )
 
 
+@pytest.mark.parametrize("transform", [PATHS["one pass"], PATHS["cached, direct"]])
 def test_a_batch_that_died_after_some_partitions_committed_is_completed_exactly_once(
-    spark, kafka_bootstrap, sink_dsn, tmp_path, monkeypatch
+    spark, kafka_bootstrap, sink_dsn, tmp_path, monkeypatch, transform
 ):
     """Executors committed their partitions of batch 1, then the driver died before the batch
     marker: the replay writes the batch marker and none of the partitions a second time."""
     topic = new_topic(kafka_bootstrap)
     produce(kafka_bootstrap, topic, events(0, 1000) + MALFORMED)
-    config = run_config(tmp_path, topic, sink_dsn)
+    config = run_config(tmp_path, topic, sink_dsn, transform=transform)
     finish = PostgresSink.finish_batch
 
     def dies_at_batch_1(self, batch_id, rows, dead_letters=None):
@@ -233,12 +245,13 @@ def test_a_transform_that_shuffles_is_staged_and_committed_in_one_transaction(
     assert {part for _, part in markers(sink_dsn, config.pipeline)} == {-1}
 
 
-def test_a_narrow_transform_is_written_directly_by_every_partition(
-    spark, kafka_bootstrap, sink_dsn, tmp_path
+@pytest.mark.parametrize("transform", [PATHS["one pass"], PATHS["cached, direct"]])
+def test_without_a_shuffle_every_partition_commits_directly(
+    spark, kafka_bootstrap, sink_dsn, tmp_path, transform
 ):
     topic = new_topic(kafka_bootstrap)
     produce(kafka_bootstrap, topic, events(0, 300))
-    config = run_config(tmp_path, topic, sink_dsn)
+    config = run_config(tmp_path, topic, sink_dsn, transform=transform)
     drain(spark, config)
     parts = {part for _, part in markers(sink_dsn, config.pipeline)}
     assert -1 in parts and len(parts - {-1}) >= 2

@@ -232,3 +232,13 @@ def test_char_and_varchar_are_refused_because_from_json_cannot_use_them():
             "VARCHAR(10) cannot be used to parse JSON (Spark's from_json refuses it): use STRING"
         ]
     }
+
+
+def test_column_names_the_control_plane_uses_itself_are_refused():
+    errors = errors_of(with_change("source.schema", "id STRING, _CP_bad BOOLEAN"))
+    assert errors == {
+        "source.schema": [
+            "column '_CP_bad': names starting with _cp_ are reserved for the control plane's"
+            " own columns"
+        ]
+    }

@@ -196,13 +196,36 @@ class PostgresSink:
 
     # -- writing: direct, every executor task commits its own partition ----------------------
 
-    def write_part(self, batch_id: int, part: int, table) -> int:
-        """Append this Spark partition's rows with its marker, in one transaction; a task
-        whose marker exists (a retry, a replay) writes nothing."""
+    def write_part(self, batch_id: int, part: int, chunks) -> tuple[int, int]:
+        """Append one Spark partition with its marker, in one transaction, streaming: each
+        chunk `(rows, dead_letters or None)` (Arrow tables or record batches) is sent while
+        Spark produces the next. A task whose marker exists (a retry, a replay) writes
+        nothing. Returns the rows and dead letters the partition holds."""
+        rows = dead = 0
         with self.connect() as conn, conn.transaction():
-            if self._claim(conn, batch_id, table.num_rows, part) and table.num_rows:
-                self._copy(conn, _table_ident(self.table), table)
-        return table.num_rows
+            if not self._claim(conn, batch_id, 0, part):
+                for good, letters in chunks:  # Spark still sends them: read them, write none
+                    rows += good.num_rows
+                    dead += letters.num_rows if letters is not None else 0
+                return rows, dead
+            dead_letters = []  # few; written once the COPY is done (one statement at a time)
+            with _CopyStream(conn, _table_ident(self.table)) as copy:
+                for good, letters in chunks:
+                    copy.write(good)
+                    rows += good.num_rows
+                    if letters is not None and letters.num_rows:
+                        dead_letters.append(letters)
+                        dead += letters.num_rows
+            for letters in dead_letters:
+                self._dead_letters(conn, batch_id, letters)
+            conn.execute(
+                sql.SQL(
+                    "UPDATE {} SET rows = %s WHERE pipeline = %s AND stream_id = %s"
+                    " AND batch_id = %s AND part = %s"
+                ).format(sql.Identifier(COMMITS_TABLE)),
+                (rows, self.pipeline, self.stream_id, batch_id, part),
+            )
+        return rows, dead
 
     def finish_batch(self, batch_id: int, rows: int, dead_letters=None) -> bool:
         """After every partition was written directly: the batch's marker and dead letters."""
@@ -287,15 +310,8 @@ class PostgresSink:
 
     @staticmethod
     def _copy(conn: psycopg.Connection, target: sql.Composable, table) -> None:
-        import pyarrow.csv as pacsv
-
-        buffer = io.BytesIO()
-        pacsv.write_csv(table, buffer, pacsv.WriteOptions(include_header=False))
-        statement = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv)").format(
-            target, sql.SQL(", ").join(map(sql.Identifier, table.column_names))
-        )
-        with conn.cursor().copy(statement) as copy:
-            copy.write(buffer.getbuffer())
+        with _CopyStream(conn, target) as copy:
+            copy.write(table)
 
     def _merge(self, conn: psycopg.Connection, stage: sql.Composable) -> None:
         """INSERT the staged rows into the target; in upsert mode the last record per key
@@ -361,6 +377,44 @@ class PostgresSink:
                     for r in rows.to_pylist()
                 ],
             )
+
+
+class _CopyStream:
+    """COPY ... FROM STDIN of Arrow tables or record batches, as CSV, chunk by chunk: the
+    server parses one chunk while the caller produces the next. Opened on the first rows."""
+
+    def __init__(self, conn: psycopg.Connection, target: sql.Composable):
+        self.conn = conn
+        self.target = target
+        self._cursor = None
+        self._context = None
+        self._copy = None
+
+    def __enter__(self) -> _CopyStream:
+        return self
+
+    def write(self, chunk) -> None:
+        import pyarrow.csv as pacsv
+
+        if not chunk.num_rows:
+            return
+        if self._copy is None:
+            statement = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv)").format(
+                self.target, sql.SQL(", ").join(map(sql.Identifier, chunk.schema.names))
+            )
+            self._cursor = self.conn.cursor()
+            self._context = self._cursor.copy(statement)
+            self._copy = self._context.__enter__()
+        buffer = io.BytesIO()
+        pacsv.write_csv(chunk, buffer, pacsv.WriteOptions(include_header=False))
+        self._copy.write(buffer.getbuffer())
+
+    def __exit__(self, *exc) -> None:
+        if self._context is not None:
+            try:
+                self._context.__exit__(*exc)
+            finally:
+                self._cursor.close()
 
 
 def _with_order(table, part: int):

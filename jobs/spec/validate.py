@@ -226,6 +226,13 @@ def _parse_source(
                     f"{fixed[0].upper()} cannot be used to parse JSON (Spark's from_json "
                     "refuses it): use STRING",
                 )
+            reserved = [f.name for f in parsed.fields if f.name.lower().startswith("_cp_")]
+            if reserved:
+                s.error(
+                    "schema",
+                    f"column {reserved[0]!r}: names starting with _cp_ are reserved for the"
+                    " control plane's own columns",
+                )
     starting = _parse_starting_offsets(s, topics or ())
     max_records = s.integer("max_records_per_batch", KafkaSource.max_records_per_batch, minimum=1)
     fail_on_data_loss = s.boolean("fail_on_data_loss", True)
