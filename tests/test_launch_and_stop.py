@@ -104,3 +104,58 @@ def test_start_runs_a_driver_and_stop_ends_it_gracefully_and_it_resumes(
     reconcile_until(
         "e2e", lambda: Pipeline.objects.get(name="e2e").status == "stopped", 120, "the 2nd stop"
     )
+
+
+def test_a_driver_killed_while_its_batch_transaction_is_open_loses_and_duplicates_nothing(
+    api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, job_dirs
+):
+    """SIGKILL the whole driver while its executors are inside their batch's transactions
+    (held there by a lock on the target table), then start again: every record exactly once."""
+    topic = new_topic(kafka_bootstrap)
+    table = f"kill_{topic.replace('-', '_')}"
+    spec = {
+        "source": {
+            "connection": "events",
+            "topics": [topic],
+            "schema": "id STRING, n INT",
+            "starting_offsets": "earliest",
+        },
+        "sink": {"connection": "warehouse", "table": table},
+        "trigger": {"interval_seconds": 1},
+    }
+    api.post("/api/pipelines/", {"name": "killed", "spec": spec}, format="json")
+    produce(kafka_bootstrap, topic, ({"id": f"a{i}", "n": i} for i in range(300)))
+    api.post("/api/pipelines/killed/start/")
+    reconcile_until("killed", lambda: count(sink_dsn, table)[0] == 300, 150, "the first rows")
+    run = Run.objects.get(pipeline__name="killed")
+
+    with psycopg.connect(sink_dsn) as lock, psycopg.connect(sink_dsn, autocommit=True) as look:
+        lock.execute(f'LOCK TABLE "{table}" IN ACCESS EXCLUSIVE MODE')
+        produce(kafka_bootstrap, topic, ({"id": f"b{i}", "n": i} for i in range(400)), start=300)
+
+        def writers_blocked_in_their_transaction():
+            (waiting,) = look.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'cp:killed'"
+                " AND wait_event_type = 'Lock' AND xact_start IS NOT NULL"
+            ).fetchone()
+            return waiting > 0
+
+        reconcile_until("killed", writers_blocked_in_their_transaction, 90, "a blocked batch")
+        launcher.kill(run)
+        reconcile_until("killed", lambda: launcher.alive(run) is False, 30, "the kill")
+        lock.rollback()  # the lock goes; the dead driver's transactions must not commit
+    reconcile_until(
+        "killed",
+        lambda: Run.objects.get(pk=run.pk).state == RunState.EXITED,
+        30,
+        "the dead run to be noticed",
+    )
+    assert count(sink_dsn, table) == (300, 300)
+
+    api.post("/api/pipelines/killed/start/")
+    reconcile_until("killed", lambda: count(sink_dsn, table)[0] >= 700, 150, "the rest")
+    assert count(sink_dsn, table) == (700, 700)
+    api.post("/api/pipelines/killed/stop/")
+    reconcile_until(
+        "killed", lambda: Pipeline.objects.get(name="killed").status == "stopped", 120, "stop"
+    )
