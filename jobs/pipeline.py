@@ -18,6 +18,7 @@ from typing import Any
 from .files import write_private
 from .sinks.postgres import Column, PostgresSink
 from .spec import PipelineSpec, parse_spec
+from .spec.model import starting_timestamp_ms
 
 log = logging.getLogger("jobs.pipeline")
 
@@ -70,6 +71,8 @@ def register_sources(spark) -> None:
 def source_frame(spark, config: RunConfig):
     """Raw Kafka rows: key, value, topic, partition, offset, timestamp."""
     src = config.spec.source
+    starting = src.starting_offsets
+    since = starting_timestamp_ms(starting)
     if src.reader == "spark-kafka":
         # Spark's JVM connector, where the cluster has it (spark-sql-kafka on the classpath).
         reader = (
@@ -79,22 +82,30 @@ def source_frame(spark, config: RunConfig):
             .option("failOnDataLoss", str(src.fail_on_data_loss).lower())
             .option("maxOffsetsPerTrigger", str(src.max_records_per_batch))
         )
-        starting = src.starting_offsets
-        reader = reader.option(
-            "startingOffsets", starting if isinstance(starting, str) else json.dumps(starting)
-        )
+        if since is not None:
+            reader = reader.option("startingTimestamp", str(since)).option(
+                "startingOffsetsByTimestampStrategy", "latest"
+            )
+        else:
+            reader = reader.option(
+                "startingOffsets", starting if isinstance(starting, str) else json.dumps(starting)
+            )
         return reader.load().select("key", "value", "topic", "partition", "offset", "timestamp")
-    starting = src.starting_offsets
-    return (
+    reader = (
         spark.readStream.format("cp_kafka")
         .option("topics", ",".join(src.topics))
         .option("config_file", config.kafka_config_file())
-        .option("starting_offsets", starting if isinstance(starting, str) else json.dumps(starting))
         .option("max_records_per_batch", str(src.max_records_per_batch))
         .option("fail_on_data_loss", str(src.fail_on_data_loss).lower())
         .option("min_partitions", str(spark.sparkContext.defaultParallelism))
-        .load()
     )
+    if since is not None:
+        reader = reader.option("starting_timestamp", str(since))
+    else:
+        reader = reader.option(
+            "starting_offsets", starting if isinstance(starting, str) else json.dumps(starting)
+        )
+    return reader.load()
 
 
 def parsed_frame(raw, spec: PipelineSpec):

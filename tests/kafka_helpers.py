@@ -20,14 +20,23 @@ def new_topic(bootstrap: str, partitions: int = 3, prefix: str = "t") -> str:
     return name
 
 
-def produce(bootstrap: str, topic: str, values, partitions: int = 3, start: int = 0) -> int:
-    """Send each value (dict -> JSON, bytes as is) round-robin over partitions; returns count."""
+def produce(
+    bootstrap: str, topic: str, values, partitions: int = 3, start: int = 0, timestamp=None
+) -> int:
+    """Send each value (dict -> JSON, bytes as is) round-robin over partitions; returns count.
+    `timestamp(i)`, if given, stamps record i (epoch ms)."""
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     n = 0
     try:
         for i, value in enumerate(values, start=start):
             payload = value if isinstance(value, bytes) else json.dumps(value).encode()
-            producer.send(topic, key=str(i).encode(), value=payload, partition=i % partitions)
+            producer.send(
+                topic,
+                key=str(i).encode(),
+                value=payload,
+                partition=i % partitions,
+                timestamp_ms=timestamp(i) if timestamp else None,
+            )
             n += 1
         producer.flush()
     finally:

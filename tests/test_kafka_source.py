@@ -177,6 +177,61 @@ def test_per_partition_starting_offsets(kafka_spark, kafka_bootstrap, tmp_path):
     assert {(r.partition, r.offset) for r in got} == {(0, o) for o in range(15, 20)}
 
 
+BASE_MS = 1_790_000_000_000
+
+
+def test_a_start_time_finds_each_partition_first_record_at_or_after_it(kafka_bootstrap):
+    """Record i is stamped BASE + i s, on partition i % 2. The broker's ListOffsets by time is
+    checked against the records (Tansu 0.6 answers offset 0 whatever the time)."""
+    topic = new_topic(kafka_bootstrap, partitions=2)
+    produce(
+        kafka_bootstrap,
+        topic,
+        ({"id": i} for i in range(100)),
+        partitions=2,
+        timestamp=lambda i: BASE_MS + i * 1000,
+    )
+
+    def start_at(ms):
+        reader = KafkaStreamReader(
+            KafkaSourceOptions(
+                {"topics": topic, "bootstrap_servers": kafka_bootstrap, "starting_timestamp": ms}
+            )
+        )
+        try:
+            return reader.initialOffset()
+        finally:
+            reader.stop()
+
+    # i = 50 (partition 0, offset 25) and i = 51 (partition 1, offset 25).
+    assert start_at(BASE_MS + 50_000) == {topic: {"0": 25, "1": 25}}
+    # i = 51 is the first at or after 50.5 s on both partitions: offsets 26 and 25.
+    assert start_at(BASE_MS + 50_500) == {topic: {"0": 26, "1": 25}}
+    assert start_at(BASE_MS - 1) == {topic: {"0": 0, "1": 0}}  # before every record
+    assert start_at(BASE_MS + 1_000_000) == {topic: {"0": 50, "1": 50}}  # after: the log ends
+    assert start_at(BASE_MS + 99_000) == {topic: {"0": 50, "1": 49}}
+
+
+def test_a_query_started_at_a_time_reads_from_there(kafka_spark, kafka_bootstrap, tmp_path):
+    topic = new_topic(kafka_bootstrap, partitions=1)
+    produce(
+        kafka_bootstrap,
+        topic,
+        ({"id": i} for i in range(30)),
+        partitions=1,
+        timestamp=lambda i: BASE_MS + i * 1000,
+    )
+    run_available_now(
+        kafka_spark,
+        topic,
+        kafka_bootstrap,
+        tmp_path / "ck",
+        "src_since",
+        starting_timestamp=BASE_MS + 20_000,
+    )
+    assert sorted(r.offset for r in rows(kafka_spark, "src_since")) == list(range(20, 30))
+
+
 def test_rows_carry_kafka_metadata_with_the_right_types(kafka_spark, kafka_bootstrap, tmp_path):
     topic = new_topic(kafka_bootstrap, partitions=1)
     produce(kafka_bootstrap, topic, [{"id": 1}], partitions=1)

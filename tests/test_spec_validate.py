@@ -7,6 +7,7 @@ import copy
 import pytest
 
 from jobs.spec import ExponentialDelay, FailureRate, FixedDelay, NoRestart, SpecError, parse_spec
+from jobs.spec.model import starting_timestamp_ms
 from tests.factories import valid_spec
 
 CONNECTIONS = {"events": "kafka", "warehouse": "postgres"}
@@ -242,3 +243,45 @@ def test_column_names_the_control_plane_uses_itself_are_refused():
             " own columns"
         ]
     }
+
+
+@pytest.mark.parametrize(
+    ("given", "kept"),
+    [
+        ("2026-11-21T10:00:00Z", "2026-11-21T10:00:00Z"),
+        ("2026-11-21T11:30:00+01:30", "2026-11-21T10:00:00Z"),
+        ("2026-11-21T10:00:00.250Z", "2026-11-21T10:00:00.250000Z"),
+        (1_795_255_200_000, "2026-11-21T10:00:00Z"),
+    ],
+)
+def test_a_start_time_is_kept_in_utc(given, kept):
+    spec = parse_spec(
+        with_change("source.starting_offsets", {"timestamp": given}), connections=CONNECTIONS
+    )
+    assert spec.source.starting_offsets == {"timestamp": kept}
+    assert starting_timestamp_ms(spec.source.starting_offsets) == 1_795_255_200_000 + (
+        250 if ".250" in kept else 0
+    )
+
+
+@pytest.mark.parametrize(
+    ("given", "problem"),
+    [
+        ("2026-11-21T10:00:00", "needs a UTC offset"),
+        ("yesterday", "must be an ISO 8601 time"),
+        (True, "must be an ISO 8601 time"),
+        ([2026], "must be an ISO 8601 time"),
+    ],
+)
+def test_a_start_time_must_be_a_definite_moment(given, problem):
+    errors = errors_of(with_change("source.starting_offsets", {"timestamp": given}))
+    assert list(errors) == ["source.starting_offsets.timestamp"]
+    assert problem in errors["source.starting_offsets.timestamp"][0]
+
+
+def test_a_topic_named_timestamp_still_takes_per_partition_offsets():
+    spec = with_change("source.topics", ["timestamp"])
+    spec["source"]["starting_offsets"] = {"timestamp": {"0": 5}}
+    parsed = parse_spec(spec, connections=CONNECTIONS)
+    assert parsed.source.starting_offsets == {"timestamp": {"0": 5}}
+    assert starting_timestamp_ms(parsed.source.starting_offsets) is None

@@ -14,6 +14,7 @@ Registered under the name `cp_kafka` (Spark reserves `kafka`). Options (all stri
 | `config_file` | JSON file of kafka-python client arguments (may hold secrets: mode 0600) |
 | `bootstrap_servers` | instead of `config_file`, for a cluster without credentials |
 | `starting_offsets` | `earliest`, `latest` or JSON `{"t": {"0": 42}}` (-2 earliest, -1 latest) |
+| `starting_timestamp` | instead, epoch ms: each partition from its first record at or after it |
 | `max_records_per_batch` | admission control: at most this many records per micro-batch |
 | `fail_on_data_loss` | `true`: fail when records were deleted before being read |
 | `min_partitions` | cut a batch into at least this many input partitions (default 2) |
@@ -63,6 +64,7 @@ class KafkaSourceOptions:
             raise ValueError("cp_kafka: option 'topics' is required")
         self.client_config = self._client_config(options)
         self.starting_offsets = options.get("starting_offsets", "latest")
+        self.starting_timestamp = _int_option(options, "starting_timestamp", -1)
         self.max_records_per_batch = _int_option(options, "max_records_per_batch", 0) or None
         self.fail_on_data_loss = options.get("fail_on_data_loss", "true").lower() == "true"
         self.min_partitions = _int_option(options, "min_partitions", 2)
@@ -139,6 +141,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         starting = self.options.starting_offsets
         partitions = self._partitions()
+        if self.options.starting_timestamp >= 0:
+            return nest(self._offsets_for_time(partitions, self.options.starting_timestamp))
         if starting in ("earliest", "latest"):
             ends = self._beginning(partitions) if starting == "earliest" else self._end(partitions)
             return nest(ends)
@@ -302,6 +306,81 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if hw is not None and tp not in waiting:
                     out[(tp.topic, tp.partition)] = max(listed[tp], hw)
             return out
+
+    def _offsets_for_time(self, partitions, ms: int) -> dict[tuple[str, int], int]:
+        """Per partition, the first offset whose record is stamped at or after `ms` (the log
+        end when every record is older), as Kafka's ListOffsets by timestamp answers.
+
+        The broker's answer is checked against the records around it; where it is wrong
+        (some Kafka-compatible brokers keep no time index), the offset is found by a binary
+        search over the records' own timestamps.
+        """
+        from kafka import TopicPartition
+
+        first = self._beginning(partitions)
+        ends = self._end(partitions)
+        tps = {tp: TopicPartition(*tp) for tp in partitions}
+        with self._lock:
+            consumer = self._metadata_consumer()
+            try:
+                answers = consumer.offsets_for_times({tps[tp]: ms for tp in partitions})
+            except Exception as exc:  # an old broker, an unsupported request version
+                log.info("cp_kafka: offsets_for_times failed (%s); searching the logs", exc)
+                answers = {}
+            out = {}
+            for tp in partitions:
+                lo, hi = first[tp], ends[tp]
+                answer = answers.get(tps[tp])
+                guess = hi if answer is None or answer.offset is None else answer.offset
+                if lo <= guess <= hi and self._starts_at(consumer, tps[tp], guess, ms, lo, hi):
+                    out[tp] = guess
+                else:
+                    out[tp] = self._search_time(consumer, tps[tp], ms, lo, hi)
+            return out
+
+    def _starts_at(self, consumer, tp, offset: int, ms: int, lo: int, hi: int) -> bool:
+        """Whether `offset` is the first record at or after `ms`: it is, or is the end, and
+        the record before it is older."""
+        if offset < hi:
+            found = _record_time(consumer, tp, offset, hi)
+            if found is None or found[1] < ms:
+                return False
+        if offset > lo:
+            before = _record_time(consumer, tp, offset - 1, hi)
+            if before is not None and before[0] == offset - 1 and before[1] >= ms:
+                return False
+        return True
+
+    def _search_time(self, consumer, tp, ms: int, lo: int, hi: int) -> int:
+        """Binary search over [lo, hi) for the first record stamped at or after `ms`,
+        assuming timestamps grow with offsets (as Kafka's time index does)."""
+        while lo < hi:
+            mid = (lo + hi) // 2
+            found = _record_time(consumer, tp, mid, hi)
+            if found is None:
+                return hi
+            offset, stamp = found
+            if stamp >= ms:
+                hi = mid
+            else:
+                lo = offset + 1
+        return lo
+
+
+def _record_time(consumer, tp, offset: int, end: int) -> tuple[int, int] | None:
+    """The first record at or after `offset` (before `end`): its offset and timestamp."""
+    consumer.assign([tp])
+    consumer.seek(tp, offset)
+    deadline = time.monotonic() + END_OFFSET_CHECK_SECONDS
+    while time.monotonic() < deadline:
+        for record in consumer.poll(timeout_ms=100, max_records=50, update_offsets=False).get(
+            tp, []
+        ):
+            if offset <= record.offset < end:
+                return record.offset, record.timestamp
+            if record.offset >= end:
+                return None
+    return None
 
 
 # -- reading, in Python workers -------------------------------------------------------------

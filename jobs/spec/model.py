@@ -17,7 +17,8 @@ from typing import Any, Literal
 
 SPEC_VERSION = 1
 
-StartingOffsets = Literal["earliest", "latest"] | dict[str, dict[str, int]]
+# "earliest", "latest", {"topic": {"partition": offset}}, or {"timestamp": "ISO 8601, UTC"}.
+StartingOffsets = Literal["earliest", "latest"] | dict[str, dict[str, int]] | dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,9 @@ class KafkaSource:
     topics: tuple[str, ...]
     schema: str
     format: Literal["json"] = "json"
-    # "earliest", "latest", or {"topic": {"partition": offset}} (-2 earliest, -1 latest), as Spark.
+    # "earliest", "latest", {"topic": {"partition": offset}} (-2 earliest, -1 latest), as
+    # Spark; or {"timestamp": "2026-11-21T10:00:00Z"}: in each partition, the first record
+    # stamped at or after that time (the log end if there is none).
     starting_offsets: StartingOffsets = "latest"
     max_records_per_batch: int = 100_000
     # Fail the query when records were deleted by retention before being read (Spark's default).
@@ -37,6 +40,15 @@ class KafkaSource:
     # "spark-kafka": Spark's own JVM Kafka connector, where the cluster has it.
     reader: Literal["python", "spark-kafka"] = "python"
     kind: Literal["kafka"] = "kafka"
+
+
+def starting_timestamp_ms(starting: StartingOffsets) -> int | None:
+    """The start time of `{"timestamp": ...}` starting offsets, in epoch milliseconds."""
+    from datetime import datetime
+
+    if isinstance(starting, dict) and isinstance(starting.get("timestamp"), str):
+        return round(datetime.fromisoformat(starting["timestamp"]).timestamp() * 1000)
+    return None
 
 
 @dataclass(frozen=True)

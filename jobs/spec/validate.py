@@ -10,6 +10,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
+from datetime import UTC, datetime
 from typing import Any
 
 from .ddl import ArrayType, DDLError, MapType, StructType, parse_schema
@@ -282,19 +283,22 @@ def _parse_topics(s: Section) -> list[str] | None:
     return topics
 
 
+STARTING_FORMS = "'earliest', 'latest', {topic: {partition: offset}} or {\"timestamp\": ...}"
+
+
 def _parse_starting_offsets(s: Section, topics: list[str] | tuple[str, ...]) -> Any:
     value = s.get("starting_offsets", "latest")
     if value in ("earliest", "latest"):
         return value
     if isinstance(value, str):
-        s.error(
-            "starting_offsets",
-            f"must be 'earliest', 'latest' or per-partition offsets; got {value!r}",
-        )
+        s.error("starting_offsets", f"must be {STARTING_FORMS}; got {value!r}")
         return None
     if not isinstance(value, Mapping) or not value:
-        s.error("starting_offsets", "must be 'earliest', 'latest' or {topic: {partition: offset}}")
+        s.error("starting_offsets", f"must be {STARTING_FORMS}")
         return None
+    if len(value) == 1 and "timestamp" in value and not isinstance(value["timestamp"], Mapping):
+        # (A topic named "timestamp" maps to partitions, so the two forms cannot be confused.)
+        return _parse_starting_timestamp(s, value["timestamp"])
     out: dict[str, dict[str, int]] = {}
     for topic, partitions in value.items():
         where = f"starting_offsets.{topic}"
@@ -316,6 +320,32 @@ def _parse_starting_offsets(s: Section, topics: list[str] | tuple[str, ...]) -> 
             else:
                 out[topic][str(int(partition))] = offset
     return out
+
+
+def _parse_starting_timestamp(s: Section, value: Any) -> dict[str, str] | None:
+    """An ISO 8601 time with a UTC offset (or epoch milliseconds), kept as ISO 8601 in UTC."""
+    where = "starting_offsets.timestamp"
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        if isinstance(value, int):
+            moment = datetime.fromtimestamp(value / 1000, tz=UTC)
+        elif isinstance(value, str):
+            moment = datetime.fromisoformat(value.strip())
+            if moment.tzinfo is None:
+                s.error(where, f"needs a UTC offset (such as Z or +01:00); got {value!r}")
+                return None
+        else:
+            raise TypeError
+    except (TypeError, ValueError, OverflowError, OSError):
+        s.error(
+            where,
+            "must be an ISO 8601 time such as '2026-11-21T10:00:00Z', or epoch milliseconds;"
+            f" got {value!r}",
+        )
+        return None
+    text = moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return {"timestamp": text}
 
 
 def _parse_transform(
