@@ -7,7 +7,7 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.kafka.offsets import Range, available, cap, flatten, split
+from jobs.kafka.offsets import Range, available, cap, find_losses, flatten, split
 
 
 def test_without_a_limit_the_batch_takes_everything():
@@ -92,3 +92,32 @@ def test_split_covers_each_range_exactly_once(parts, min_splits, max_records):
             continue
         assert runs[0][0] == first and runs[-1][1] == last
         assert all(a[1] == b[0] for a, b in itertools.pairwise(runs))
+
+
+def test_records_deleted_before_they_were_read_are_a_loss():
+    (loss,) = find_losses({"t": {"0": 10, "1": 50}}, {("t", 0): 25, ("t", 1): 0}, LATEST)
+    assert (loss.topic, loss.partition, loss.position, loss.resume) == ("t", 0, 10, 25)
+    assert "records 10..24 were deleted before they were read" in str(loss)
+
+
+def test_a_log_that_ends_before_what_was_read_is_a_loss():
+    """The topic was deleted and created again (or truncated): resume at its beginning."""
+    (loss,) = find_losses(
+        {"t": {"0": 10, "1": 50}},
+        {("t", 0): 0, ("t", 1): 0},
+        {
+            ("t", 0): 100,
+            ("t", 1): 3,
+        },
+    )
+    assert (loss.partition, loss.position, loss.resume) == (1, 50, 0)
+    assert "the log ends at offset 3 but the query had read up to 50" in str(loss)
+
+
+def test_positions_within_the_log_or_at_its_ends_are_no_loss():
+    earliest = {("t", 0): 5, ("t", 1): 0}
+    assert find_losses({"t": {"0": 5, "1": 100}, "$plan": {}}, earliest, LATEST) == []
+    assert find_losses({"t": {"0": 7}, "u": {"0": 3}}, earliest, LATEST) == []  # u: not there
+
+
+LATEST = {("t", 0): 100, ("t", 1): 100}

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import TopicAlreadyExistsError
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from jobs.kafka.offsets import PLAN, flatten
@@ -68,13 +71,14 @@ def test_it_reads_every_record_once_in_bounded_batches(kafka_spark, kafka_bootst
     assert sum(sizes) == produced
 
 
-def run_to_files(spark, topic, bootstrap, checkpoint, output):
+def run_to_files(spark, topic, bootstrap, checkpoint, output, fail_on_data_loss=True):
     """Drain the topic into Parquet files (a sink that, unlike memory, survives a restart)."""
     query = (
         spark.readStream.format("cp_kafka")
         .option("topics", topic)
         .option("bootstrap_servers", bootstrap)
         .option("starting_offsets", "earliest")
+        .option("fail_on_data_loss", str(fail_on_data_loss).lower())
         .load()
         .writeStream.format("parquet")
         .option("path", str(output))
@@ -94,6 +98,45 @@ def test_a_restart_resumes_from_the_checkpoint(kafka_spark, kafka_bootstrap, tmp
     run_to_files(kafka_spark, topic, kafka_bootstrap, tmp_path / "ck", tmp_path / "out")
     keys = [int(r.key) for r in kafka_spark.read.parquet(str(tmp_path / "out")).collect()]
     assert sorted(keys) == list(range(800))  # every record, none twice
+
+
+def recreate(bootstrap, topic, partitions):
+    """Delete the topic and create it again: its logs start over at offset 0."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.delete_topics([topic])
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                admin.create_topics([NewTopic(topic, partitions, 1)])
+                return
+            except TopicAlreadyExistsError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        admin.close()
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_records_lost_under_the_query_are_detected(
+    kafka_spark, kafka_bootstrap, tmp_path, fail_on_data_loss
+):
+    """The topic is deleted and created again after the query read 30 records: the next
+    run fails naming the partition, or (fail_on_data_loss false) resumes at offset 0."""
+    topic = new_topic(kafka_bootstrap, partitions=1)
+    produce(kafka_bootstrap, topic, ({"id": i} for i in range(30)), partitions=1)
+    out, checkpoint = tmp_path / "out", tmp_path / "ck"
+    run_to_files(kafka_spark, topic, kafka_bootstrap, checkpoint, out)
+    recreate(kafka_bootstrap, topic, partitions=1)
+    produce(kafka_bootstrap, topic, ({"id": i} for i in range(100, 105)), partitions=1)
+    if fail_on_data_loss:
+        with pytest.raises(Exception, match=f"{topic}-0: the log ends at offset 5 but the query"):
+            run_to_files(kafka_spark, topic, kafka_bootstrap, checkpoint, out)
+        return
+    run_to_files(kafka_spark, topic, kafka_bootstrap, checkpoint, out, fail_on_data_loss=False)
+    values = [json.loads(r.value)["id"] for r in kafka_spark.read.parquet(str(out)).collect()]
+    assert sorted(values) == list(range(30)) + list(range(100, 105))
 
 
 def test_partitions_missing_from_the_checkpoint_are_read_from_their_beginning(kafka_bootstrap):

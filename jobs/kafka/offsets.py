@@ -109,3 +109,45 @@ def split(start: Offsets, end: Offsets, *, min_splits: int, max_split_records: i
             if lo < hi:
                 out.append(Range(r.topic, r.partition, lo, hi))
     return out
+
+
+@dataclass(frozen=True)
+class Loss:
+    """Records a query should have read but cannot: where it was, and where it can resume."""
+
+    topic: str
+    partition: int
+    position: int  # the next offset the query would have read
+    resume: int  # the first offset still there
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}: {self.reason}"
+
+
+def find_losses(
+    start: Offsets, earliest: dict[tuple[str, int], int], latest: dict[tuple[str, int], int]
+) -> list[Loss]:
+    """Partitions whose unread records are gone: deleted by retention (the log now begins
+    after the position), or the log itself was cut back or created again (it ends before
+    the position). Either way the query resumes at the log's first record, as Spark does."""
+    losses = []
+    for (topic, partition), position in sorted(flatten(start).items()):
+        tp = (topic, partition)
+        if tp not in earliest or tp not in latest:
+            continue  # the partition is not there at all (yet): nothing to compare
+        first, end = earliest[tp], latest[tp]
+        if position < first:
+            reason = (
+                f"records {position}..{first - 1} were deleted before they were read (retention?)"
+            )
+        elif position > end:
+            reason = (
+                f"the log ends at offset {end} but the query had read up to {position}"
+                " (the topic was deleted and created again, or truncated): records"
+                " written there since may be lost"
+            )
+        else:
+            continue
+        losses.append(Loss(topic, partition, position, first, reason))
+    return losses

@@ -39,7 +39,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from .offsets import PLAN, Offsets, Range, cap, flatten, nest, split
+from .offsets import PLAN, Offsets, Range, cap, find_losses, flatten, nest, split
 
 log = logging.getLogger("jobs.kafka")
 
@@ -171,6 +171,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             first = self._beginning(new)
             begin.update(first)
         ends = self._end(partitions)
+        for loss in find_losses(start, self._beginning(partitions), ends):
+            if self.options.fail_on_data_loss:
+                raise DataLossError(
+                    f"{loss}; set fail_on_data_loss to false to resume at the first record"
+                    " still there"
+                )
+            log.warning(
+                "cp_kafka data loss (fail_on_data_loss is false): %s; resuming at offset %s",
+                loss,
+                loss.resume,
+            )
+            first[(loss.topic, loss.partition)] = begin[(loss.topic, loss.partition)] = loss.resume
         self._latest = nest(ends)
         if self._target is not None:
             ends = {tp: min(o, self._target.get(tp, begin.get(tp, 0))) for tp, o in ends.items()}
