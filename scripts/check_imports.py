@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN_IN_JOBS = ("django", "celery", "controlplane", "rest_framework")
-PURE_MODULES = ["controlplane/env.py", "controlplane/redaction.py"]
+PURE_MODULES = ["controlplane/env.py", "controlplane/redaction.py", "controlplane/restarts.py"]
 
 
 def imported_modules(path: Path) -> list[tuple[int, str]]:
