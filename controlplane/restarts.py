@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -77,6 +78,36 @@ def decide(
     if isinstance(policy, ExponentialDelay):
         return _exponential_delay(policy, history, now, seed)
     raise TypeError(f"unknown restart policy {policy!r}")
+
+
+# Errors that a restart cannot fix: the run fails the same way every time until someone
+# changes the spec, the credentials or the grants. Matched in the driver's error output.
+_PERMANENT = [
+    (
+        re.compile(
+            r"\[(UNRESOLVED_COLUMN|UNRESOLVED_ROUTINE|TABLE_OR_VIEW_NOT_FOUND|PARSE_SYNTAX_ERROR"
+            r"|DATATYPE_MISMATCH|INVALID_EXTRACT_BASE_FIELD_TYPE|AMBIGUOUS_REFERENCE)"
+        ),
+        "a definition error (Spark cannot analyse the transform)",
+    ),
+    (re.compile(r"\b(SpecError|MixedWritesError)\b"), "a definition error"),
+    (
+        re.compile(
+            r"password authentication failed|SaslAuthenticationFailed|SASL authentication", re.I
+        ),
+        "bad credentials",
+    ),
+    (re.compile(r"InsufficientPrivilege|permission denied for", re.I), "missing privileges"),
+    (re.compile(r"\bDataLossError\b"), "data loss (fail_on_data_loss is true)"),
+]
+
+
+def classify(error: str) -> str | None:
+    """What makes a failure permanent, from the driver's error output; None if transient."""
+    for pattern, kind in _PERMANENT:
+        if pattern.search(error or ""):
+            return kind
+    return None
 
 
 def describe(policy: RestartPolicy) -> str:

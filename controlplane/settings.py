@@ -186,8 +186,14 @@ CONTROLPLANE_CHECKPOINT_ROOT = Path(
 CONTROLPLANE_RUNS_ROOT = Path(env_str("CONTROLPLANE_RUNS_ROOT", str(VAR_DIR / "runs")))
 SPARK_MASTER = env_str("SPARK_MASTER", "local[2]")
 SPARK_DRIVER_MEMORY = env_str("SPARK_DRIVER_MEMORY", "1g")
+# The spark-submit to launch drivers with; empty: the one shipped with pip's pyspark.
+SPARK_SUBMIT = env_str("SPARK_SUBMIT", "")
 # A graceful stop that has not finished after this long is turned into a kill.
 CONTROLPLANE_STOP_TIMEOUT = env_float("CONTROLPLANE_STOP_TIMEOUT", 60.0, minimum=1.0)
 # Where drivers send heartbeats and progress (as seen from the driver's host).
 CONTROLPLANE_URL = env_str("CONTROLPLANE_URL", "http://127.0.0.1:8000")
 CONTROLPLANE_HEARTBEAT_SECONDS = env_float("CONTROLPLANE_HEARTBEAT_SECONDS", 5.0, minimum=0.5)
+# A run that has sent no heartbeat for this long is lost: killed, and restarted per its policy.
+CONTROLPLANE_HEARTBEAT_TIMEOUT = env_float("CONTROLPLANE_HEARTBEAT_TIMEOUT", 30.0, minimum=1.0)
+# How long a new driver may take to send its first heartbeat (Spark's start-up included).
+CONTROLPLANE_STARTUP_GRACE = env_float("CONTROLPLANE_STARTUP_GRACE", 120.0, minimum=1.0)

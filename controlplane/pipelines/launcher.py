@@ -31,7 +31,7 @@ JOB_SCRIPT = Path(settings.BASE_DIR) / "jobs" / "run.py"
 
 
 def spark_submit() -> str:
-    return str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+    return settings.SPARK_SUBMIT or str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
 
 
 def run_config(pipeline: Pipeline, run: Run, run_dir: Path, token: str) -> dict:

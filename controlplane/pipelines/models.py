@@ -45,6 +45,12 @@ class Pipeline(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.STOPPED)
     # Increases with every launch; the current run carries it (fencing token).
     generation = models.PositiveIntegerField(default=0)
+    # Supervision: failures since `restarts_since` (the last start by hand, or reset) are what
+    # the restart policy counts; a restart it decided on waits for `next_attempt_at`.
+    restarts_since = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    attempt = models.PositiveIntegerField(default=0, help_text="Restart attempt under the policy.")
+    restarts = models.PositiveIntegerField(default=0, help_text="Automatic restarts, ever.")
     connections = models.ManyToManyField(
         Connection, through="PipelineConnection", related_name="pipelines", blank=True
     )
@@ -165,6 +171,30 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pipeline.name} run {self.generation}"
+
+
+class Failure(models.Model):
+    """A run that ended without being asked to (the pipeline's exceptions history), and what
+    the restart policy decided about it. Kept across restarts."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="failures")
+    run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="failures"
+    )
+    at = models.DateTimeField()
+    cause = models.CharField(max_length=64)
+    message = models.TextField(blank=True, help_text="The end of the driver's error output.")
+    permanent = models.BooleanField(default=False)
+    run_started_at = models.DateTimeField(null=True, blank=True)
+    decision = models.TextField(blank=True, help_text="What the restart policy decided, and why.")
+    restart_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["pipeline", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.pipeline.name} {self.cause} at {self.at}"
 
 
 class BatchProgress(models.Model):

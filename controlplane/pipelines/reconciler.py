@@ -3,8 +3,13 @@
 Level-based and idempotent: every tick looks at each pipeline afresh, so a lost, late or
 duplicated tick is harmless. Each pipeline is handled under its row lock (skipped if another
 worker holds it), and the database refuses a second active run for one pipeline, so two
-workers can never start two drivers. Restart policies arrive with supervision (issue #4): for
-now a run that dies leaves its pipeline `failed`.
+workers can never start two drivers.
+
+A run that ends without being asked to is a failure: it is recorded (the pipeline's
+exceptions history) and the pipeline's restart policy (`controlplane.restarts`) decides
+whether and when to restart. The restart time is stored (`next_attempt_at`); a later tick
+starts the new run once it is due. Failures are detected three ways: the supervisor's exit
+report, the supervisor's process vanishing, and heartbeats that stop coming.
 """
 
 from __future__ import annotations
@@ -17,8 +22,12 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from controlplane import restarts
+from controlplane.redaction import redact
+from jobs.spec import parse_spec
+
 from . import launcher
-from .models import DesiredState, Pipeline, ReconcilerState, Run, RunState, Status
+from .models import DesiredState, Failure, Pipeline, ReconcilerState, Run, RunState, Status
 
 log = logging.getLogger("controlplane.reconciler")
 
@@ -56,20 +65,28 @@ def reconcile_pipeline(pipeline_id: int, now: datetime) -> str | None:
         run = pipeline.runs.filter(state__in=RunState.active()).first()
         if run is not None:
             return _observe(pipeline, run, now)
-        # A failed pipeline stays failed until an operator starts it again: without a restart
-        # policy (#4) relaunching it every tick would hammer whatever broke it.
-        if pipeline.desired_state == DesiredState.RUNNING and pipeline.status in (
-            Status.STOPPED,
-            Status.STARTING,
-        ):
+        if pipeline.desired_state != DesiredState.RUNNING:
+            resting = _resting_status(pipeline)
+            if pipeline.next_attempt_at or pipeline.status not in (resting, Status.FAILED):
+                # No driver and none wanted: settle, and drop any pending restart.
+                Pipeline.objects.filter(pk=pipeline.pk).update(next_attempt_at=None)
+                _set_status(pipeline, resting)
+                return "settle"
+            return None
+        if pipeline.status == Status.BACKING_OFF:
+            if pipeline.next_attempt_at and now < pipeline.next_attempt_at:
+                return None  # the policy's delay is not over yet
+            run = _new_run(pipeline, now, restart=True)
+        elif pipeline.status in (Status.STOPPED, Status.STARTING, Status.RESTARTING):
             run = _new_run(pipeline, now)
-            if run is None:
-                return None
-        elif pipeline.status not in Status.terminal():
-            # No driver, but the pipeline looks alive (e.g. a run row was deleted by hand).
-            _set_status(pipeline, _resting_status(pipeline))
-            return "settle"
+        elif pipeline.status == Status.FAILED:
+            # The policy gave up (or the failure is permanent): an operator starts it again.
+            return None
         else:
+            # No driver, but the pipeline looks alive (e.g. a run row was deleted by hand).
+            _set_status(pipeline, Status.STOPPED)
+            return "settle"
+        if run is None:
             return None
     # Outside the transaction: the run row is committed before any process exists, so a
     # crash here leaves a visible 'starting' run, never an untracked driver.
@@ -87,7 +104,7 @@ def _set_status(pipeline: Pipeline, status: str) -> None:
     pipeline.status = status
 
 
-def _new_run(pipeline: Pipeline, now: datetime) -> Run | None:
+def _new_run(pipeline: Pipeline, now: datetime, *, restart: bool = False) -> Run | None:
     generation = pipeline.generation + 1
     try:
         with transaction.atomic():
@@ -99,8 +116,18 @@ def _new_run(pipeline: Pipeline, now: datetime) -> Run | None:
             )
     except IntegrityError:
         return None  # another worker created the run first
-    Pipeline.objects.filter(pk=pipeline.pk).update(generation=generation, status=Status.STARTING)
-    log.info("pipeline %s: starting run %s", pipeline.name, generation)
+    changes = {"generation": generation, "next_attempt_at": None}
+    if restart:
+        changes.update(status=Status.RESTARTING, restarts=F("restarts") + 1)
+    else:
+        changes.update(status=Status.STARTING)
+    Pipeline.objects.filter(pk=pipeline.pk).update(**changes)
+    log.info(
+        "pipeline %s: %s run %s",
+        pipeline.name,
+        f"restarting (attempt {pipeline.attempt}) with" if restart else "starting",
+        generation,
+    )
     return run
 
 
@@ -144,8 +171,30 @@ def _observe(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
     if launcher.alive(run) is False:
         finish(run, now, exit_code=None, cause="vanished", error="the driver process is gone")
         return "vanished"
+    silent = _heartbeat_overdue(run, now)
+    if silent is not None:
+        log.warning("pipeline %s: run %s is silent; killing it", pipeline.name, run.generation)
+        launcher.kill(run)
+        finish(run, now, exit_code=None, cause="lost-heartbeat", error=silent)
+        return "lost-heartbeat"
     if pipeline.desired_state != DesiredState.RUNNING or pipeline.generation != run.generation:
         return _stop(pipeline, run, now)
+    return None
+
+
+def _heartbeat_overdue(run: Run, now: datetime) -> str | None:
+    """Why the run counts as lost (no heartbeat in time), or None while it is heard from."""
+    if run.state == RunState.STARTING or run.started_at is None:
+        return None
+    timeout = timedelta(seconds=settings.CONTROLPLANE_HEARTBEAT_TIMEOUT)
+    if run.last_heartbeat_at is not None:
+        if now - run.last_heartbeat_at > timeout:
+            silent = (now - run.last_heartbeat_at).total_seconds()
+            return f"no heartbeat for {silent:.0f} s (timeout {timeout.total_seconds():g} s)"
+        return None
+    grace = timedelta(seconds=settings.CONTROLPLANE_STARTUP_GRACE)
+    if now - run.started_at > grace:
+        return f"no heartbeat within {grace.total_seconds():g} s of the launch"
     return None
 
 
@@ -167,20 +216,60 @@ def _stop(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
 
 
 def finish(run: Run, now: datetime, *, exit_code: int | None, cause: str, error: str) -> None:
-    """Record a run's end and settle its pipeline (only if the run is still current)."""
+    """Record a run's end and settle its pipeline (only if the run is still current): at
+    rest if it was asked to stop, else per its restart policy."""
     ended = Run.objects.filter(pk=run.pk, state__in=RunState.active()).update(
         state=RunState.EXITED, ended_at=now, exit_code=exit_code, cause=cause, error_tail=error
     )
     if not ended:
         return  # another worker recorded it first
     pipeline = Pipeline.objects.get(pk=run.pipeline_id)
-    if pipeline.generation != run.generation:
-        return
-    if cause in ("stopped", "killed") or pipeline.desired_state != DesiredState.RUNNING:
-        status = _resting_status(pipeline)
-    else:
-        status = Status.FAILED
-    Pipeline.objects.filter(pk=pipeline.pk, generation=run.generation).update(status=status)
     log.info(
         "pipeline %s: run %s ended (%s, exit %s)", pipeline.name, run.generation, cause, exit_code
     )
+    if pipeline.generation != run.generation:
+        return
+    if cause in ("stopped", "killed") or pipeline.desired_state != DesiredState.RUNNING:
+        Pipeline.objects.filter(pk=pipeline.pk, generation=run.generation).update(
+            status=_resting_status(pipeline), next_attempt_at=None
+        )
+        return
+    _failed(pipeline, run, now, cause=cause, error=error)
+
+
+def _failed(pipeline: Pipeline, run: Run, now: datetime, *, cause: str, error: str) -> None:
+    """A run the pipeline still wanted ended: record the failure, ask the restart policy."""
+    permanent = restarts.classify(error)
+    failure = restarts.Failure(
+        at=now, cause=permanent or cause, started_at=run.started_at, permanent=bool(permanent)
+    )
+    earlier = pipeline.failures.all()
+    if pipeline.restarts_since is not None:
+        earlier = earlier.filter(at__gte=pipeline.restarts_since)
+    history = [
+        restarts.Failure(at=f.at, cause=f.cause, started_at=f.run_started_at, permanent=f.permanent)
+        for f in earlier
+    ]
+    policy = parse_spec(pipeline.spec).restart_policy
+    decision = restarts.decide(policy, [*history, failure], now, seed=str(pipeline.pk))
+    Failure.objects.create(
+        pipeline=pipeline,
+        run=run,
+        at=now,
+        cause=cause,
+        message=redact(error),
+        permanent=bool(permanent),
+        run_started_at=run.started_at,
+        decision=decision.reason,
+        restart_at=decision.restart_at,
+    )
+    if decision.restart:
+        changes = {
+            "status": Status.BACKING_OFF,
+            "next_attempt_at": decision.restart_at,
+            "attempt": decision.attempt,
+        }
+    else:
+        changes = {"status": Status.FAILED, "next_attempt_at": None, "attempt": decision.attempt}
+    Pipeline.objects.filter(pk=pipeline.pk, generation=run.generation).update(**changes)
+    log.warning("pipeline %s: run %s %s: %s", pipeline.name, run.generation, cause, decision.reason)

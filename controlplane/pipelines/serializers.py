@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from .models import DesiredState, Pipeline, PipelineVersion, Status
@@ -21,6 +22,7 @@ class PipelineSerializer(serializers.ModelSerializer):
         choices=DesiredState.choices, default=DesiredState.STOPPED
     )
     status = serializers.ChoiceField(choices=Status.choices, read_only=True)
+    last_failure = serializers.SerializerMethodField()
 
     class Meta:
         model = Pipeline
@@ -32,10 +34,44 @@ class PipelineSerializer(serializers.ModelSerializer):
             "version",
             "desired_state",
             "status",
+            "attempt",
+            "restarts",
+            "next_attempt_at",
+            "last_failure",
             "created_at",
             "updated_at",
         ]
-        read_only_fields = ["created_at", "updated_at", "status"]
+        read_only_fields = [
+            "created_at",
+            "updated_at",
+            "status",
+            "attempt",
+            "restarts",
+            "next_attempt_at",
+        ]
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "properties": {
+                "cause": {"type": "string"},
+                "at": {"type": "string", "format": "date-time"},
+                "message": {"type": "string"},
+                "decision": {"type": "string"},
+            },
+        }
+    )
+    def get_last_failure(self, pipeline: Pipeline) -> dict | None:
+        failure = pipeline.failures.first()
+        if failure is None:
+            return None
+        return {
+            "cause": failure.cause,
+            "at": serializers.DateTimeField().to_representation(failure.at),
+            "message": failure.message,
+            "decision": failure.decision,
+        }
 
     def validate_name(self, value: str) -> str:
         if self.instance is not None and value != self.instance.name:

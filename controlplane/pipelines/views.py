@@ -102,8 +102,15 @@ class PipelineViewSet(viewsets.ModelViewSet):
             "updated_by": request.user,
             "updated_at": timezone.now(),
         }
-        if desired == DesiredState.RUNNING and pipeline.status == Status.FAILED:
-            changes["status"] = Status.STOPPED  # an explicit start is the retry after a failure
+        if desired == DesiredState.RUNNING and (
+            pipeline.desired_state != DesiredState.RUNNING
+            or pipeline.status in (Status.FAILED, Status.BACKING_OFF)
+        ):
+            # A start by hand: the restart policy counts failures from here on, and a failed
+            # or backing-off pipeline is launched at once.
+            changes.update(restarts_since=timezone.now(), attempt=0, next_attempt_at=None)
+            if pipeline.status in (Status.FAILED, Status.BACKING_OFF):
+                changes["status"] = Status.STOPPED
         Pipeline.objects.filter(pk=pipeline.pk).update(**changes)
         # The beat tick would get there too; this only saves the operator a few seconds.
         transaction.on_commit(lambda: tasks.reconcile_pipeline.delay(pipeline.pk))

@@ -1,0 +1,30 @@
+#!/usr/bin/env python3
+"""A stand-in for spark-submit in supervision tests: a real process under the real supervisor,
+whose behaviour the test picks (SPARK_SUBMIT points here). Spark is not started, so the
+restart state machine can be driven through many runs in seconds.
+
+    STANDIN_MODE=crash      print STANDIN_ERROR to stderr and exit 1 at once
+    STANDIN_MODE=silent     run until killed, sending no heartbeat
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+
+def main() -> int:
+    mode = os.environ.get("STANDIN_MODE", "crash")
+    if mode == "silent":
+        while True:
+            time.sleep(1)
+    print(
+        os.environ.get("STANDIN_ERROR", "java.lang.OutOfMemoryError: Java heap space"),
+        file=sys.stderr,
+    )
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

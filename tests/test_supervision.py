@@ -1,0 +1,172 @@
+"""Supervision: failures are detected, recorded, and restarted per the pipeline's policy.
+
+The driver is a real process under the real supervisor, but a stand-in for spark-submit
+(tests/drivers/standin.py) so that a test can go through many runs in seconds; the clock
+the reconciler is given is the test's. Real Spark drivers being killed and restarted are in
+test_launch_and_stop.py.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from controlplane.pipelines import launcher, reconciler
+from controlplane.pipelines.models import Failure, Pipeline, Run, RunState
+
+ROOT = Path(__file__).resolve().parent.parent
+ENDED = {"crashed", "exited", "vanished", "lost-heartbeat", "launch-failed", "launch-lost"}
+
+
+@pytest.fixture
+def standin(settings, tmp_path, monkeypatch, pipeline):
+    settings.SPARK_SUBMIT = str(ROOT / "tests" / "drivers" / "standin.py")
+    settings.CONTROLPLANE_RUNS_ROOT = tmp_path / "runs"
+    settings.CONTROLPLANE_CHECKPOINT_ROOT = tmp_path / "checkpoints"
+    yield monkeypatch
+    for run in Run.objects.filter(state__in=RunState.active()):
+        launcher.kill(run)
+
+
+def orders() -> Pipeline:
+    return Pipeline.objects.get(name="orders")
+
+
+def step(now):
+    return reconciler.reconcile_pipeline(orders().pk, now)
+
+
+def until_it_ends(now) -> str:
+    """Reconcile (at the test's time `now`) until the current run has ended."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        action = step(now)
+        if action in ENDED:
+            return action
+        time.sleep(0.05)
+    raise AssertionError(f"the run did not end; runs: {list(Run.objects.values())}")
+
+
+def start(api, policy) -> timezone.datetime:
+    response = api.patch(
+        "/api/pipelines/orders/", {"spec": {"restart_policy": policy}}, format="json"
+    )
+    assert response.status_code == 200, response.json()
+    assert api.post("/api/pipelines/orders/start/").status_code == 202
+    return timezone.now() + timedelta(seconds=1)
+
+
+def seconds(n: float) -> timedelta:
+    return timedelta(seconds=n)
+
+
+def test_fixed_delay_restarts_after_its_delay_and_gives_up_after_its_attempts(api, standin):
+    t = start(api, {"kind": "fixed-delay", "attempts": 2, "delay_seconds": 10})
+    assert step(t) == "start"
+    assert until_it_ends(t) == "crashed"
+    p = orders()
+    assert (p.status, p.next_attempt_at, p.attempt) == ("backing-off", t + seconds(10), 1)
+    assert step(t + seconds(9)) is None  # not yet due: nothing happens
+    assert step(t + seconds(10)) == "start"
+    assert orders().restarts == 1
+    until_it_ends(t + seconds(11))
+    assert step(t + seconds(21)) == "start"
+    until_it_ends(t + seconds(22))
+    p = orders()
+    assert (p.status, p.next_attempt_at, p.restarts) == ("failed", None, 2)
+    assert p.failures.first().decision == (
+        "gave up: 3 failures since the last start exceed fixed-delay(attempts 2, delay 10 s)"
+    )
+    assert step(t + seconds(100)) is None  # a failed pipeline stays down
+    assert Run.objects.filter(pipeline=p).count() == 3
+
+    # A start by hand counts failures afresh (it happens at t + 50 on the test's clock).
+    assert api.post("/api/pipelines/orders/start/").status_code == 202
+    assert orders().restarts_since is not None
+    Pipeline.objects.filter(name="orders").update(restarts_since=t + seconds(50))
+    later = t + seconds(50)
+    assert step(later) == "start"
+    until_it_ends(later)
+    assert orders().status == "backing-off"
+
+
+def test_exponential_delay_waits_longer_after_each_failure(api, standin):
+    t = start(
+        api,
+        {
+            "kind": "exponential-delay",
+            "initial_backoff_seconds": 4,
+            "multiplier": 2,
+            "max_backoff_seconds": 100,
+            "jitter": 0,
+        },
+    )
+    step(t)
+    until_it_ends(t)
+    due = []
+    for _ in range(3):
+        p = orders()
+        due.append((p.next_attempt_at - t).total_seconds())
+        assert step(p.next_attempt_at - seconds(0.5)) is None
+        assert step(p.next_attempt_at) == "start"
+        until_it_ends(p.next_attempt_at)
+    assert due == [4, 4 + 8, 4 + 8 + 16]
+    assert orders().attempt == 4
+
+
+def test_failure_rate_gives_up_when_its_rate_is_exceeded(api, standin):
+    t = start(
+        api, {"kind": "failure-rate", "max_failures": 2, "interval_seconds": 60, "delay_seconds": 1}
+    )
+    step(t)
+    until_it_ends(t)
+    for n in (1, 2):
+        assert step(t + seconds(n)) == "start"
+        until_it_ends(t + seconds(n))
+    p = orders()
+    assert p.status == "failed"
+    assert p.failures.first().decision == (
+        "gave up: 3 failures in 60 s exceed failure-rate(max 2 per 60 s, delay 1 s)"
+    )
+
+
+def test_a_definition_error_is_not_restarted(api, standin):
+    standin.setenv(
+        "STANDIN_ERROR",
+        "pyspark.errors.exceptions.captured.AnalysisException: [UNRESOLVED_COLUMN.WITH_SUGGESTION]"
+        " A column, variable, or function parameter with name `amout` cannot be resolved.",
+    )
+    t = start(api, {"kind": "exponential-delay"})  # would restart forever
+    step(t)
+    until_it_ends(t)
+    p = orders()
+    assert p.status == "failed"
+    failure = Failure.objects.get(pipeline=p)
+    assert failure.permanent
+    assert "UNRESOLVED_COLUMN" in failure.message
+    assert failure.decision.startswith("gave up: a definition error")
+    body = api.get("/api/pipelines/orders/").json()
+    assert body["last_failure"]["cause"] == "crashed"
+    assert body["last_failure"]["decision"] == failure.decision
+
+
+def test_a_run_that_stops_heartbeating_is_killed_and_restarted(api, standin, settings):
+    standin.setenv("STANDIN_MODE", "silent")
+    settings.CONTROLPLANE_STARTUP_GRACE = 5
+    t = start(api, {"kind": "fixed-delay", "attempts": 3, "delay_seconds": 2})
+    assert step(t) == "start"
+    run = Run.objects.get(pipeline=orders())
+    assert step(t + seconds(4)) is None  # still within its start-up grace
+    assert step(t + seconds(6)) == "lost-heartbeat"
+    run.refresh_from_db()
+    assert (run.state, run.cause) == ("exited", "lost-heartbeat")
+    assert "no heartbeat within 5 s" in run.error_tail
+    deadline = time.monotonic() + 10
+    while launcher.alive(run) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert launcher.alive(run) is False  # killed, not left running beside its successor
+    assert orders().status == "backing-off"
