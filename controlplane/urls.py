@@ -5,11 +5,12 @@ from rest_framework.routers import DefaultRouter
 
 from controlplane.connections.views import ConnectionViewSet
 from controlplane.pipelines.reports import RunHeartbeat, RunProgress
-from controlplane.pipelines.views import PipelineViewSet
+from controlplane.pipelines.views import AuditViewSet, PipelineViewSet
 
 router = DefaultRouter()
 router.register("connections", ConnectionViewSet, basename="connection")
 router.register("pipelines", PipelineViewSet, basename="pipeline")
+router.register("audit", AuditViewSet, basename="audit")
 
 api_patterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -8,7 +8,7 @@ from django.contrib import admin, messages
 from jobs.spec import SpecError
 
 from . import services
-from .models import Pipeline, PipelineVersion, ReconcilerState
+from .models import AuditEntry, Failure, Pipeline, PipelineVersion, ReconcilerState
 
 
 class PipelineForm(forms.ModelForm):
@@ -82,3 +82,30 @@ class ReconcilerStateAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request) -> bool:
         return False
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Records of what happened: viewable, never edited by hand."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    list_display = ("at", "actor_name", "action", "pipeline_name", "reason")
+    list_filter = ("action",)
+    search_fields = ("pipeline_name", "actor_name", "reason")
+
+
+@admin.register(Failure)
+class FailureAdmin(ReadOnlyAdmin):
+    list_display = ("at", "pipeline", "cause", "permanent", "decision")
+    list_filter = ("cause", "permanent")
+    search_fields = ("pipeline__name", "message")

@@ -220,3 +220,29 @@ class BatchProgress(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run} batch {self.batch_id}"
+
+
+class AuditEntry(models.Model):
+    """One operator action on a pipeline: who, what, when, why, and the state before and
+    after. Written in the same transaction as the change it records."""
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_name = models.CharField(max_length=150, help_text="Kept if the user is deleted.")
+    action = models.CharField(max_length=32)
+    pipeline = models.ForeignKey(
+        Pipeline, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit"
+    )
+    pipeline_name = models.CharField(max_length=63, db_index=True)
+    reason = models.TextField(blank=True)
+    before = models.JSONField(default=dict)
+    after = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name_plural = "audit entries"
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.pipeline_name}"

@@ -77,7 +77,12 @@ def reconcile_pipeline(pipeline_id: int, now: datetime) -> str | None:
             if pipeline.next_attempt_at and now < pipeline.next_attempt_at:
                 return None  # the policy's delay is not over yet
             run = _new_run(pipeline, now, restart=True)
-        elif pipeline.status in (Status.STOPPED, Status.STARTING, Status.RESTARTING):
+        elif pipeline.status in (
+            Status.STOPPED,
+            Status.SUSPENDED,
+            Status.STARTING,
+            Status.RESTARTING,
+        ):
             run = _new_run(pipeline, now)
         elif pipeline.status == Status.FAILED:
             # The policy gave up (or the failure is permanent): an operator starts it again.
@@ -202,7 +207,8 @@ def _stop(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
     if run.stop_requested_at is None:
         launcher.request_stop(run)
         Run.objects.filter(pk=run.pk).update(state=RunState.STOPPING, stop_requested_at=now)
-        _set_status(pipeline, Status.STOPPING)
+        if pipeline.status != Status.RESTARTING:  # a restart by hand shows as such throughout
+            _set_status(pipeline, Status.STOPPING)
         log.info("pipeline %s: graceful stop of run %s requested", pipeline.name, run.generation)
         return "stop"
     if now - run.stop_requested_at > timedelta(seconds=settings.CONTROLPLANE_STOP_TIMEOUT):

@@ -3,7 +3,9 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from .models import DesiredState, Pipeline, PipelineVersion, Status
+from controlplane.redaction import redact
+
+from .models import AuditEntry, DesiredState, Failure, Pipeline, PipelineVersion, Run, Status
 
 
 class PipelineSerializer(serializers.ModelSerializer):
@@ -85,3 +87,53 @@ class PipelineVersionSerializer(serializers.ModelSerializer):
     class Meta:
         model = PipelineVersion
         fields = ["version", "spec", "created_at", "created_by"]
+
+
+class ControlSerializer(serializers.Serializer):
+    """The body of an on-call action: why (kept in the audit log). Optional."""
+
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+
+
+class RunSerializer(serializers.ModelSerializer):
+    error_tail = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Run
+        fields = [
+            "generation",
+            "spec_version",
+            "state",
+            "host",
+            "pid",
+            "created_at",
+            "started_at",
+            "stop_requested_at",
+            "ended_at",
+            "exit_code",
+            "cause",
+            "error_tail",
+            "last_heartbeat_at",
+            "last_batch_id",
+            "last_batch_at",
+        ]
+
+    def get_error_tail(self, run: Run) -> str:
+        return redact(run.error_tail)
+
+
+class FailureSerializer(serializers.ModelSerializer):
+    run = serializers.SlugRelatedField(slug_field="generation", read_only=True)
+
+    class Meta:
+        model = Failure
+        fields = ["at", "cause", "message", "permanent", "decision", "restart_at", "run"]
+
+
+class AuditEntrySerializer(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor_name")
+    pipeline = serializers.CharField(source="pipeline_name")
+
+    class Meta:
+        model = AuditEntry
+        fields = ["id", "at", "actor", "action", "pipeline", "reason", "before", "after"]

@@ -13,9 +13,16 @@ from rest_framework.response import Response
 from controlplane.api.fields import flatten_spec_error
 from jobs.spec import SpecError
 
-from . import services, tasks
-from .models import DesiredState, Pipeline, Status
-from .serializers import PipelineSerializer, PipelineVersionSerializer
+from . import controls, services, tasks
+from .models import AuditEntry, Pipeline, Status
+from .serializers import (
+    AuditEntrySerializer,
+    ControlSerializer,
+    FailureSerializer,
+    PipelineSerializer,
+    PipelineVersionSerializer,
+    RunSerializer,
+)
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -95,39 +102,89 @@ class PipelineViewSet(viewsets.ModelViewSet):
         pipeline.delete()
         return Response(status=status.HTTP_204_NO_CONTENT)
 
-    def _set_desired(self, request, desired: str) -> Response:
+    def _control(self, request, action: str) -> Response:
         pipeline = self.get_object()
-        changes = {
-            "desired_state": desired,
-            "updated_by": request.user,
-            "updated_at": timezone.now(),
-        }
-        if desired == DesiredState.RUNNING and (
-            pipeline.desired_state != DesiredState.RUNNING
-            or pipeline.status in (Status.FAILED, Status.BACKING_OFF)
-        ):
-            # A start by hand: the restart policy counts failures from here on, and a failed
-            # or backing-off pipeline is launched at once.
-            changes.update(restarts_since=timezone.now(), attempt=0, next_attempt_at=None)
-            if pipeline.status in (Status.FAILED, Status.BACKING_OFF):
-                changes["status"] = Status.STOPPED
-        Pipeline.objects.filter(pk=pipeline.pk).update(**changes)
+        body = ControlSerializer(data=request.data or {})
+        body.is_valid(raise_exception=True)
+        try:
+            pipeline = controls.act(
+                pipeline,
+                action,
+                user=request.user,
+                reason=body.validated_data.get("reason", ""),
+                now=timezone.now(),
+            )
+        except controls.NotApplicable as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         # The beat tick would get there too; this only saves the operator a few seconds.
         transaction.on_commit(lambda: tasks.reconcile_pipeline.delay(pipeline.pk))
-        pipeline.refresh_from_db()
         return Response(self.get_serializer(pipeline).data, status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(request=None, responses={202: PipelineSerializer})
+    @extend_schema(request=ControlSerializer, responses={202: PipelineSerializer})
     @action(detail=True, methods=["post"])
     def start(self, request, name: str | None = None) -> Response:
-        """Desire the pipeline running; the reconciler launches its driver."""
-        return self._set_desired(request, DesiredState.RUNNING)
+        """Desire the pipeline running (a failed or backing-off one is launched at once, and
+        its restart policy counts failures afresh); the reconciler launches its driver."""
+        return self._control(request, "start")
 
-    @extend_schema(request=None, responses={202: PipelineSerializer})
+    @extend_schema(request=ControlSerializer, responses={202: PipelineSerializer})
     @action(detail=True, methods=["post"])
     def stop(self, request, name: str | None = None) -> Response:
         """Desire the pipeline stopped: the batch in flight finishes, then the driver exits."""
-        return self._set_desired(request, DesiredState.STOPPED)
+        return self._control(request, "stop")
+
+    @extend_schema(request=ControlSerializer, responses={202: PipelineSerializer})
+    @action(detail=True, methods=["post"])
+    def kill(self, request, name: str | None = None) -> Response:
+        """Stop now: the driver's whole process tree is killed (the batch in flight is not
+        committed; it is read again from Kafka on the next start, exactly once)."""
+        return self._control(request, "kill")
+
+    @extend_schema(request=ControlSerializer, responses={202: PipelineSerializer})
+    @action(detail=True, methods=["post"])
+    def restart(self, request, name: str | None = None) -> Response:
+        """Stop the driver gracefully and start a new one (or start, if none runs)."""
+        return self._control(request, "restart")
+
+    @extend_schema(request=ControlSerializer, responses={202: PipelineSerializer})
+    @action(detail=True, methods=["post"])
+    def suspend(self, request, name: str | None = None) -> Response:
+        """Stop gracefully and hold: no automatic restart until resumed."""
+        return self._control(request, "suspend")
+
+    @extend_schema(request=ControlSerializer, responses={202: PipelineSerializer, 409: None})
+    @action(detail=True, methods=["post"])
+    def resume(self, request, name: str | None = None) -> Response:
+        """Run a suspended pipeline again."""
+        return self._control(request, "resume")
+
+    @extend_schema(request=ControlSerializer, responses={202: PipelineSerializer, 409: None})
+    @action(detail=True, methods=["post"], url_path="restart-now")
+    def restart_now(self, request, name: str | None = None) -> Response:
+        """Skip the rest of a pending restart delay (backoff)."""
+        return self._control(request, "restart-now")
+
+    @extend_schema(request=ControlSerializer, responses={202: PipelineSerializer})
+    @action(detail=True, methods=["post"], url_path="reset-restarts")
+    def reset_restarts(self, request, name: str | None = None) -> Response:
+        """Make the restart policy count failures from now on (attempts, backoff)."""
+        return self._control(request, "reset-restarts")
+
+    @extend_schema(responses=RunSerializer(many=True))
+    @action(detail=True, methods=["get"], serializer_class=RunSerializer)
+    def runs(self, request, name: str | None = None) -> Response:
+        """Every run of the pipeline, newest first: start, end, exit code, cause, error tail."""
+        pipeline = self.get_object()
+        page = self.paginate_queryset(pipeline.runs.all())
+        return self.get_paginated_response(RunSerializer(page, many=True).data)
+
+    @extend_schema(responses=FailureSerializer(many=True))
+    @action(detail=True, methods=["get"], serializer_class=FailureSerializer)
+    def failures(self, request, name: str | None = None) -> Response:
+        """The exceptions history: failures newest first, with what the policy decided."""
+        pipeline = self.get_object()
+        page = self.paginate_queryset(pipeline.failures.select_related("run"))
+        return self.get_paginated_response(FailureSerializer(page, many=True).data)
 
     @extend_schema(responses=PipelineVersionSerializer(many=True))
     @action(detail=True, methods=["get"], serializer_class=PipelineVersionSerializer)
@@ -154,3 +211,18 @@ class PipelineViewSet(viewsets.ModelViewSet):
                 status=status.HTTP_404_NOT_FOUND,
             )
         return Response(PipelineVersionSerializer(row).data)
+
+
+class AuditViewSet(viewsets.ReadOnlyModelViewSet):
+    """The audit log of on-call actions, newest first. Filter with `?pipeline=<name>` and
+    `?actor=<username>`."""
+
+    serializer_class = AuditEntrySerializer
+
+    def get_queryset(self):
+        entries = AuditEntry.objects.all()
+        if pipeline := self.request.query_params.get("pipeline"):
+            entries = entries.filter(pipeline_name=pipeline)
+        if actor := self.request.query_params.get("actor"):
+            entries = entries.filter(actor_name=actor)
+        return entries

@@ -4,7 +4,8 @@ whose behaviour the test picks (SPARK_SUBMIT points here). Spark is not started,
 restart state machine can be driven through many runs in seconds.
 
     STANDIN_MODE=crash      print STANDIN_ERROR to stderr and exit 1 at once
-    STANDIN_MODE=silent     run until killed, sending no heartbeat
+    STANDIN_MODE=silent     send no heartbeat; run until killed, or until asked to stop
+                            (RUN_DIR/stop, as jobs/run.py): then exit 0
 """
 
 from __future__ import annotations
@@ -12,13 +13,16 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 
 
 def main() -> int:
     mode = os.environ.get("STANDIN_MODE", "crash")
     if mode == "silent":
-        while True:
-            time.sleep(1)
+        stop = Path(sys.argv[-1]) / "stop"  # spark-submit ... jobs/run.py RUN_DIR
+        while not stop.exists():
+            time.sleep(0.1)
+        return 0
     print(
         os.environ.get("STANDIN_ERROR", "java.lang.OutOfMemoryError: Java heap space"),
         file=sys.stderr,

@@ -1,0 +1,133 @@
+"""On-call controls: start, stop, kill, restart, suspend, resume, restart-now, reset-restarts.
+
+Each is one transaction under the pipeline's row lock: it changes what is desired (the
+reconciler does the rest), and writes an audit entry with who, what, when, why, and the state
+before and after. Each is idempotent: asking again for what is already so changes nothing
+(and is audited as such). `kill` is the one that acts at once: it kills the driver's process
+tree now instead of waiting for a graceful stop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from django.db import transaction
+
+from . import launcher, reconciler
+from .models import AuditEntry, DesiredState, Pipeline, Run, RunState, Status
+
+
+class NotApplicable(Exception):
+    """The action makes no sense in the pipeline's current state (answered with 409)."""
+
+
+SNAPSHOT = ("desired_state", "status", "generation", "attempt", "restarts", "next_attempt_at")
+
+
+def snapshot(pipeline: Pipeline) -> dict:
+    out = {}
+    for name in SNAPSHOT:
+        value = getattr(pipeline, name)
+        out[name] = value.isoformat() if isinstance(value, datetime) else value
+    return out
+
+
+def _start(pipeline: Pipeline, now: datetime) -> dict:
+    if pipeline.desired_state == DesiredState.RUNNING and pipeline.status not in (
+        Status.FAILED,
+        Status.BACKING_OFF,
+    ):
+        return {}  # already wanted running, and not given up on: nothing to do
+    # A start by hand: the restart policy counts failures from here on, and a failed or
+    # backing-off pipeline is launched at once.
+    changes = {
+        "desired_state": DesiredState.RUNNING,
+        "restarts_since": now,
+        "attempt": 0,
+        "next_attempt_at": None,
+    }
+    if pipeline.status in (Status.FAILED, Status.BACKING_OFF):
+        changes["status"] = Status.STOPPED
+    return changes
+
+
+def _stop(pipeline: Pipeline, now: datetime) -> dict:
+    return {"desired_state": DesiredState.STOPPED, "next_attempt_at": None}
+
+
+def _suspend(pipeline: Pipeline, now: datetime) -> dict:
+    return {"desired_state": DesiredState.SUSPENDED, "next_attempt_at": None}
+
+
+def _resume(pipeline: Pipeline, now: datetime) -> dict:
+    if pipeline.desired_state == DesiredState.STOPPED:
+        raise NotApplicable(f"pipeline {pipeline.name!r} is stopped, not suspended: start it")
+    return _start(pipeline, now)
+
+
+def _restart(pipeline: Pipeline, now: datetime) -> dict:
+    changes = _start(pipeline, now) or {"restarts_since": now, "attempt": 0}
+    if pipeline.runs.filter(state__in=RunState.active()).exists():
+        # The current run stops being the wanted one: the reconciler stops it gracefully
+        # (its reports are refused from now on), then starts the next generation.
+        changes.update(generation=pipeline.generation + 1, status=Status.RESTARTING)
+    return changes
+
+
+def _restart_now(pipeline: Pipeline, now: datetime) -> dict:
+    if pipeline.status == Status.BACKING_OFF:
+        return {"next_attempt_at": now}
+    if pipeline.status in (Status.RESTARTING, Status.STARTING):
+        return {}
+    raise NotApplicable(
+        f"pipeline {pipeline.name!r} has no restart pending (it is {pipeline.status})"
+    )
+
+
+def _reset_restarts(pipeline: Pipeline, now: datetime) -> dict:
+    return {"restarts_since": now, "attempt": 0}
+
+
+def _kill(pipeline: Pipeline, now: datetime) -> dict:
+    return {"desired_state": DesiredState.STOPPED, "next_attempt_at": None}
+
+
+ACTIONS: dict[str, Callable[[Pipeline, datetime], dict]] = {
+    "start": _start,
+    "stop": _stop,
+    "kill": _kill,
+    "restart": _restart,
+    "suspend": _suspend,
+    "resume": _resume,
+    "restart-now": _restart_now,
+    "reset-restarts": _reset_restarts,
+}
+
+
+def act(pipeline: Pipeline, action: str, *, user, reason: str, now: datetime) -> Pipeline:
+    """Carry out an on-call action and audit it; returns the pipeline as it now is."""
+    with transaction.atomic():
+        locked = Pipeline.objects.select_for_update().get(pk=pipeline.pk)
+        before = snapshot(locked)
+        changes = ACTIONS[action](locked, now)
+        if changes:
+            Pipeline.objects.filter(pk=locked.pk).update(**changes, updated_by=user, updated_at=now)
+        if action == "kill":
+            for run in Run.objects.filter(pipeline=locked, state__in=RunState.active()):
+                launcher.kill(run)
+                reconciler.finish(
+                    run, now, exit_code=-9, cause="killed", error=f"killed by {user}: {reason}"
+                )
+        locked.refresh_from_db()
+        AuditEntry.objects.create(
+            actor=user,
+            actor_name=user.get_username(),
+            action=action,
+            pipeline=locked,
+            pipeline_name=locked.name,
+            reason=reason,
+            before=before,
+            after=snapshot(locked),
+        )
+    return locked
