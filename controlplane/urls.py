@@ -4,7 +4,7 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
 from controlplane.connections.views import ConnectionViewSet
-from controlplane.pipelines.reports import RunHeartbeat, RunProgress
+from controlplane.pipelines.reports import RunExit, RunHeartbeat, RunProgress
 from controlplane.pipelines.views import AuditViewSet, PipelineViewSet
 
 router = DefaultRouter()
@@ -16,6 +16,7 @@ api_patterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("runs/<int:run_id>/heartbeat/", RunHeartbeat.as_view(), name="run-heartbeat"),
     path("runs/<int:run_id>/progress/", RunProgress.as_view(), name="run-progress"),
+    path("runs/<int:run_id>/exit/", RunExit.as_view(), name="run-exit"),
     *router.urls,
 ]
 

@@ -1,9 +1,11 @@
 """A small supervisor around one driver process: `python -m jobs.supervise RUN_DIR -- CMD...`.
 
 It starts CMD (spark-submit), records the driver's pid, and the moment the driver exits
-writes RUN_DIR/exit.json with the exit code and the tail of its error output, so the control
-plane learns of a death without waiting for a heartbeat to go missing. SIGTERM and SIGINT are
-passed on to the driver. Plain Python: it runs where the control plane cannot reach.
+writes RUN_DIR/exit.json with the exit code and the tail of its error output, and sends the
+same to the control plane (`POST /api/runs/{id}/exit/`, with the run's token from run.json),
+so a death is known within a second, not at the next tick or heartbeat timeout. The report is
+best effort: if the control plane is down, the reconciler finds exit.json later. SIGTERM and
+SIGINT are passed on to the driver. Plain Python, standard library only.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections import deque
 from pathlib import Path
 
@@ -73,11 +77,32 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     code = driver.wait()
-    write_json(
-        run_dir / "exit.json",
-        {"exit_code": code, "ended_at": time.time(), "error_tail": error_tail(log_path)},
-    )
+    report = {"exit_code": code, "ended_at": time.time(), "error_tail": error_tail(log_path)}
+    write_json(run_dir / "exit.json", report)
+    send_exit_report(run_dir, report)
     return code
+
+
+def send_exit_report(run_dir: Path, report: dict, timeout: float = 5.0) -> bool:
+    """Tell the control plane now; False (and nothing else) if it cannot be reached."""
+    try:
+        control = json.loads((run_dir / "run.json").read_text()).get("control_plane") or {}
+        url = f"{control['url'].rstrip('/')}/api/runs/{control['run_id']}/exit/"
+        request = urllib.request.Request(  # noqa: S310 - the control plane's own http(s) URL
+            url,
+            data=json.dumps(
+                {"exit_code": report["exit_code"], "error_tail": report["error_tail"]}
+            ).encode(),
+            headers={
+                "Content-Type": "application/json",
+                "Authorization": f"RunToken {control['token']}",
+            },
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=timeout):  # noqa: S310
+            return True
+    except (OSError, ValueError, KeyError, urllib.error.URLError):
+        return False
 
 
 def error_tail(log_path: Path) -> str:

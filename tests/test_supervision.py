@@ -8,6 +8,7 @@ test_launch_and_stop.py.
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -169,4 +170,21 @@ def test_a_run_that_stops_heartbeating_is_killed_and_restarted(api, standin, set
     while launcher.alive(run) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert launcher.alive(run) is False  # killed, not left running beside its successor
+    assert orders().status == "backing-off"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_supervisor_reports_the_exit_itself_at_once(api, standin, settings, live_server):
+    settings.CONTROLPLANE_URL = live_server.url
+    t = start(api, {"kind": "fixed-delay", "attempts": 3, "delay_seconds": 30})
+    assert step(t) == "start"
+    run = Run.objects.get(pipeline=orders())
+    # No tick from here on: only the supervisor's own report can end the run.
+    deadline = time.monotonic() + 10
+    while Run.objects.get(pk=run.pk).state != "exited" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    run.refresh_from_db()
+    assert (run.state, run.cause, run.exit_code) == ("exited", "crashed", 1)
+    assert "OutOfMemoryError" in run.error_tail
+    assert json.loads((Path(run.run_dir) / "exit.json").read_text())["exit_code"] == 1
     assert orders().status == "backing-off"

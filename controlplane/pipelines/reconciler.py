@@ -163,9 +163,8 @@ def _observe(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
     report = launcher.exit_report(run) if run.run_dir else None
     if report is not None:
         code = report.get("exit_code")
-        cause = "stopped" if run.stop_requested_at else ("exited" if code == 0 else "crashed")
-        finish(run, now, exit_code=code, cause=cause, error=report.get("error_tail", ""))
-        return cause
+        record_exit(run, now, exit_code=code, error=report.get("error_tail", ""))
+        return exit_cause(run, code)
     if run.state == RunState.STARTING and not run.pid:
         if now - run.created_at > LAUNCH_GRACE:
             finish(
@@ -219,6 +218,21 @@ def _stop(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
         finish(run, now, exit_code=-9, cause="killed", error="did not stop within the timeout")
         return "kill"
     return None
+
+
+def exit_cause(run: Run, exit_code: int | None) -> str:
+    if run.stop_requested_at:
+        return "stopped"
+    return "exited" if exit_code == 0 else "crashed"
+
+
+def record_exit(run: Run, now: datetime, *, exit_code: int | None, error: str) -> bool:
+    """The driver exited (its supervisor says so): end the run; False if already ended."""
+    run.refresh_from_db(fields=["state", "stop_requested_at"])
+    if run.state not in RunState.active():
+        return False
+    finish(run, now, exit_code=exit_code, cause=exit_cause(run, exit_code), error=error)
+    return True
 
 
 def finish(run: Run, now: datetime, *, exit_code: int | None, cause: str, error: str) -> None:

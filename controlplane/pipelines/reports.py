@@ -22,6 +22,7 @@ from rest_framework.views import APIView
 
 from controlplane.accounts.models import digest as token_digest
 
+from . import reconciler, tasks
 from .models import BatchProgress, DesiredState, Run, RunState
 
 
@@ -133,6 +134,38 @@ class RunProgress(RunReportView):
             last_heartbeat_at=now, last_batch_id=p["batchId"], last_batch_at=now
         )
         return Response(_answer(run))
+
+
+class ExitSerializer(serializers.Serializer):
+    exit_code = serializers.IntegerField(allow_null=True)
+    error_tail = serializers.CharField(
+        allow_blank=True, required=False, default="", trim_whitespace=False
+    )
+
+
+ExitReply = inline_serializer("ExitReply", {"recorded": serializers.BooleanField()})
+
+
+class RunExit(RunReportView):
+    """The supervisor's report that the driver exited, sent the moment it happens: the run
+    is recorded as ended and the restart policy decides at once (no waiting for a tick)."""
+
+    @extend_schema(request=ExitSerializer, responses={200: ExitReply})
+    def post(self, request, run_id: int) -> Response:
+        run: Run = request.auth
+        data = ExitSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        recorded = reconciler.record_exit(
+            run,
+            timezone.now(),
+            exit_code=data.validated_data["exit_code"],
+            error=data.validated_data["error_tail"],
+        )
+        if recorded:
+            # A restart with no delay starts now, not at the next tick.
+            pipeline_id = run.pipeline_id
+            transaction.on_commit(lambda: tasks.reconcile_pipeline.delay(pipeline_id))
+        return Response({"recorded": recorded})
 
 
 def _offsets(value):

@@ -33,9 +33,10 @@ ENDPOINTS = {
     "audit-detail": ({"pk": 1}, ["get"]),
     "run-heartbeat": ({"run_id": 1}, ["post"]),
     "run-progress": ({"run_id": 1}, ["post"]),
+    "run-exit": ({"run_id": 1}, ["post"]),
 }
 # Drivers authenticate with their run's own token, people and scripts with API tokens.
-RUN_ENDPOINTS = {"run-heartbeat", "run-progress"}
+RUN_ENDPOINTS = {"run-heartbeat", "run-progress", "run-exit"}
 
 
 def test_the_list_below_covers_every_api_route():
