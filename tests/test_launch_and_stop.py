@@ -6,6 +6,9 @@ real detached spark-submit process, as in production.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -158,4 +161,69 @@ def test_a_driver_killed_while_its_batch_transaction_is_open_loses_and_duplicate
     api.post("/api/pipelines/killed/stop/")
     reconcile_until(
         "killed", lambda: Pipeline.objects.get(name="killed").status == "stopped", 120, "stop"
+    )
+
+
+def test_a_driver_killed_again_and_again_under_load_comes_back_and_loses_nothing(
+    api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, job_dirs
+):
+    """kill -9 the Spark driver (the JVM) three times while records keep arriving: each time
+    the supervisor reports the death, the policy restarts it, and in the end every record is
+    in the sink exactly once."""
+    topic = new_topic(kafka_bootstrap)
+    table = f"again_{topic.replace('-', '_')}"
+    spec = {
+        "source": {
+            "connection": "events",
+            "topics": [topic],
+            "schema": "id STRING, n INT",
+            "starting_offsets": "earliest",
+        },
+        "sink": {"connection": "warehouse", "table": table},
+        "trigger": {"interval_seconds": 1},
+        "restart_policy": {"kind": "fixed-delay", "attempts": 5, "delay_seconds": 1},
+    }
+    api.post("/api/pipelines/", {"name": "again", "spec": spec}, format="json")
+    produced = 0
+
+    def produce_more(n):
+        nonlocal produced
+        produce(
+            kafka_bootstrap,
+            topic,
+            ({"id": f"r{i}", "n": i} for i in range(produced, produced + n)),
+            start=produced,
+        )
+        produced += n
+
+    produce_more(200)
+    api.post("/api/pipelines/again/start/")
+    for kill in range(3):
+        reconcile_until(
+            "again", lambda: count(sink_dsn, table)[0] >= produced, 150, f"catch-up {kill}"
+        )
+        produce_more(300)  # in flight when the driver dies
+        run = Run.objects.get(pipeline__name="again", state=RunState.RUNNING)
+        driver = json.loads(Path(run.run_dir, "driver.json").read_text())["pid"]
+        os.kill(driver, signal.SIGKILL)
+        reconcile_until(
+            "again",
+            lambda killed=run.pk: (
+                Run.objects.filter(pipeline__name="again", state=RunState.RUNNING)
+                .exclude(pk=killed)
+                .exists()
+            ),
+            120,
+            f"the restart after kill {kill}",
+        )
+        run.refresh_from_db()
+        assert (run.cause, run.exit_code) == ("crashed", -9)
+        produce_more(100)
+    reconcile_until("again", lambda: count(sink_dsn, table)[0] >= produced, 150, "the end")
+    assert count(sink_dsn, table) == (produced, produced)
+    pipeline = Pipeline.objects.get(name="again")
+    assert (pipeline.restarts, pipeline.failures.count()) == (3, 3)
+    api.post("/api/pipelines/again/stop/")
+    reconcile_until(
+        "again", lambda: Pipeline.objects.get(name="again").status == "stopped", 120, "stop"
     )
