@@ -10,6 +10,7 @@ SIGINT are passed on to the driver. Plain Python, standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -80,7 +81,26 @@ def main(argv: list[str]) -> int:
     report = {"exit_code": code, "ended_at": time.time(), "error_tail": error_tail(log_path)}
     write_json(run_dir / "exit.json", report)
     send_exit_report(run_dir, report)
+    reap_group()
     return code
+
+
+def reap_group() -> None:
+    """Kill what the driver left in our process group: when the JVM dies hard, the Python
+    driver program it started would otherwise live on, orphaned. Only when we lead the
+    group (detached), never a group we merely joined."""
+    me = os.getpid()
+    if os.getpgrp() != me:
+        return
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            pid, group = int(stat.parent.name), int(fields[2])
+        except (OSError, ValueError, IndexError):
+            continue
+        if group == me and pid != me:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def send_exit_report(run_dir: Path, report: dict, timeout: float = 5.0) -> bool:

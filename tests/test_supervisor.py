@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -60,3 +61,21 @@ def test_kill_ends_the_supervisor_and_everything_the_driver_started(tmp_path):
     launcher.kill(run)
     assert wait_for(lambda: not any(alive(int(p)) for p in group)), group
     assert not alive(driver)
+
+
+def test_what_a_driver_that_died_hard_left_behind_is_killed(tmp_path):
+    """The JVM killed with -9 leaves the Python driver program it started running, orphaned:
+    the supervisor kills what remains of its process group once the driver is gone."""
+    script = (
+        "import subprocess, sys, time; "
+        "child = subprocess.Popen(['sleep', '300']); print(child.pid, flush=True); "
+        "time.sleep(300)"
+    )
+    supervise(tmp_path, sys.executable, "-c", script)
+    assert wait_for(lambda: (tmp_path / "driver.log").read_text().strip().isdigit())
+    orphan = int((tmp_path / "driver.log").read_text())
+    driver = json.loads((tmp_path / "driver.json").read_text())["pid"]
+    os.kill(driver, signal.SIGKILL)
+    assert wait_for(lambda: (tmp_path / "exit.json").exists())
+    assert json.loads((tmp_path / "exit.json").read_text())["exit_code"] == -9
+    assert wait_for(lambda: not alive(orphan))
