@@ -195,5 +195,9 @@ CONTROLPLANE_URL = env_str("CONTROLPLANE_URL", "http://127.0.0.1:8000")
 CONTROLPLANE_HEARTBEAT_SECONDS = env_float("CONTROLPLANE_HEARTBEAT_SECONDS", 5.0, minimum=0.5)
 # A run that has sent no heartbeat for this long is lost: killed, and restarted per its policy.
 CONTROLPLANE_HEARTBEAT_TIMEOUT = env_float("CONTROLPLANE_HEARTBEAT_TIMEOUT", 30.0, minimum=1.0)
+# A running query that completes no batch (and is not idle, waiting for data) for
+# max(this, 10 trigger intervals) is stalled: killed, and restarted per its policy. Spark
+# reports an idle query every 10 s, so this must be longer than that.
+CONTROLPLANE_STALL_SECONDS = env_float("CONTROLPLANE_STALL_SECONDS", 60.0, minimum=15.0)
 # How long a new driver may take to send its first heartbeat (Spark's start-up included).
 CONTROLPLANE_STARTUP_GRACE = env_float("CONTROLPLANE_STARTUP_GRACE", 120.0, minimum=1.0)

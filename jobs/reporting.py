@@ -57,6 +57,13 @@ class Reporter:
         self.queue.append(("progress", progress))
         self._wake.set()
 
+    def idle(self) -> None:
+        """The query waits for data (Spark's idle event): it is not stuck. Never blocks."""
+        if self.queue and self.queue[-1] == ("heartbeat", {"idle": True}):
+            return
+        self.queue.append(("heartbeat", {"idle": True}))
+        self._wake.set()
+
     def close(self, timeout: float = 5.0) -> None:
         """Send what is queued (for at most `timeout` seconds) and stop the thread."""
         self._closed.set()
@@ -122,7 +129,10 @@ def progress_listener(reporter: Reporter):
                 log.exception("could not queue progress")
 
         def onQueryIdle(self, event) -> None:
-            pass
+            try:
+                reporter.idle()
+            except Exception:
+                log.exception("could not queue the idle event")
 
         def onQueryTerminated(self, event) -> None:
             pass

@@ -227,3 +227,55 @@ def test_a_driver_killed_again_and_again_under_load_comes_back_and_loses_nothing
     reconcile_until(
         "again", lambda: Pipeline.objects.get(name="again").status == "stopped", 120, "stop"
     )
+
+
+def test_an_idle_query_is_left_alone_and_a_stuck_one_is_restarted(
+    api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, job_dirs, settings
+):
+    """Spark's idle events keep a query with nothing to read from counting as stalled; a
+    batch that hangs (its sink table locked) is: killed, restarted, nothing lost."""
+    settings.CONTROLPLANE_STALL_SECONDS = 15
+    topic = new_topic(kafka_bootstrap)
+    table = f"stuck_{topic.replace('-', '_')}"
+    spec = {
+        "source": {
+            "connection": "events",
+            "topics": [topic],
+            "schema": "id STRING, n INT",
+            "starting_offsets": "earliest",
+        },
+        "sink": {"connection": "warehouse", "table": table},
+        "trigger": {"interval_seconds": 1},
+        "restart_policy": {"kind": "fixed-delay", "attempts": 3, "delay_seconds": 1},
+    }
+    api.post("/api/pipelines/", {"name": "stuck", "spec": spec}, format="json")
+    produce(kafka_bootstrap, topic, ({"id": f"a{i}", "n": i} for i in range(100)))
+    api.post("/api/pipelines/stuck/start/")
+    reconcile_until("stuck", lambda: count(sink_dsn, table)[0] == 100, 150, "the first rows")
+    run = Run.objects.get(pipeline__name="stuck", state=RunState.RUNNING)
+
+    idle_until = time.monotonic() + 25  # longer than the 15 s window
+    while time.monotonic() < idle_until:
+        reconciler.reconcile_pipeline(run.pipeline_id, timezone.now())
+        time.sleep(1)
+    run.refresh_from_db()
+    assert run.state == RunState.RUNNING, run.error_tail
+    assert run.last_idle_at is not None
+
+    with psycopg.connect(sink_dsn) as lock:
+        lock.execute(f'LOCK TABLE "{table}" IN ACCESS EXCLUSIVE MODE')
+        produce(kafka_bootstrap, topic, ({"id": f"b{i}", "n": i} for i in range(100)), start=100)
+        reconcile_until(
+            "stuck",
+            lambda: Run.objects.get(pk=run.pk).cause == "stalled",
+            90,
+            "the stuck batch to count as stalled",
+        )
+        lock.rollback()
+    reconcile_until("stuck", lambda: count(sink_dsn, table)[0] >= 200, 150, "the restart")
+    assert count(sink_dsn, table) == (200, 200)
+    assert Pipeline.objects.get(name="stuck").failures.get().cause == "stalled"
+    api.post("/api/pipelines/stuck/stop/")
+    reconcile_until(
+        "stuck", lambda: Pipeline.objects.get(name="stuck").status == "stopped", 120, "stop"
+    )

@@ -29,6 +29,9 @@ def test_progress_and_heartbeats_reach_the_control_plane(live_server, pipeline):
         reporter.progress(PROGRESS)
         assert wait_for(lambda: run.batches.exists())
         assert wait_for(lambda: Run.objects.get(pk=run.pk).last_heartbeat_at is not None)
+        assert Run.objects.get(pk=run.pk).last_idle_at is None
+        reporter.idle()  # Spark's idle event: waiting for data, not stuck
+        assert wait_for(lambda: Run.objects.get(pk=run.pk).last_idle_at is not None)
         assert stops == []
         Pipeline.objects.filter(pk=row.pk).update(desired_state="stopped")
         assert wait_for(lambda: stops), "the stop in a heartbeat reply was not passed on"

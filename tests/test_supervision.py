@@ -188,3 +188,25 @@ def test_the_supervisor_reports_the_exit_itself_at_once(api, standin, settings, 
     assert "OutOfMemoryError" in run.error_tail
     assert json.loads((Path(run.run_dir) / "exit.json").read_text())["exit_code"] == 1
     assert orders().status == "backing-off"
+
+
+def test_a_run_that_heartbeats_but_completes_no_batch_is_stalled(api, standin, settings):
+    """Alive and heartbeating, but no batch and no idle report for the window: stuck."""
+    standin.setenv("STANDIN_MODE", "silent")
+    t = start(api, {"kind": "fixed-delay", "attempts": 3, "delay_seconds": 2})
+    assert step(t) == "start"
+    run = Run.objects.get(pipeline=orders())
+
+    def reports(at, **changes):  # what the driver's reporter would have sent by then
+        Run.objects.filter(pk=run.pk).update(last_heartbeat_at=at, **changes)
+
+    reports(t + seconds(5), last_batch_at=t + seconds(5))
+    reports(t + seconds(60), last_idle_at=t + seconds(40))  # idle: waiting for data
+    assert step(t + seconds(61)) is None
+    reports(t + seconds(100))  # heartbeats go on; no batch, no idle wait since t + 40
+    assert step(t + seconds(100)) is None  # exactly the window: not yet
+    assert step(t + seconds(101)) == "stalled"
+    run.refresh_from_db()
+    assert (run.state, run.cause) == ("exited", "stalled")
+    assert run.error_tail == "no batch completed for 61 s with records to read (window 60 s)"
+    assert orders().status == "backing-off"

@@ -154,6 +154,8 @@ class Run(models.Model):
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     last_batch_id = models.BigIntegerField(null=True, blank=True)
     last_batch_at = models.DateTimeField(null=True, blank=True)
+    # The query said it waits for data (no batch because there is nothing to read).
+    last_idle_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

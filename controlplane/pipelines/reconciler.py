@@ -175,12 +175,15 @@ def _observe(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
     if launcher.alive(run) is False:
         finish(run, now, exit_code=None, cause="vanished", error="the driver process is gone")
         return "vanished"
-    silent = _heartbeat_overdue(run, now)
-    if silent is not None:
-        log.warning("pipeline %s: run %s is silent; killing it", pipeline.name, run.generation)
-        launcher.kill(run)
-        finish(run, now, exit_code=None, cause="lost-heartbeat", error=silent)
-        return "lost-heartbeat"
+    for cause, check in (("lost-heartbeat", _heartbeat_overdue), ("stalled", _stalled)):
+        problem = check(run, now) if run.state == RunState.RUNNING else None
+        if problem is not None:
+            log.warning(
+                "pipeline %s: run %s %s; killing it", pipeline.name, run.generation, problem
+            )
+            launcher.kill(run)
+            finish(run, now, exit_code=None, cause=cause, error=problem)
+            return cause
     if pipeline.desired_state != DesiredState.RUNNING or pipeline.generation != run.generation:
         return _stop(pipeline, run, now)
     return None
@@ -188,7 +191,7 @@ def _observe(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
 
 def _heartbeat_overdue(run: Run, now: datetime) -> str | None:
     """Why the run counts as lost (no heartbeat in time), or None while it is heard from."""
-    if run.state == RunState.STARTING or run.started_at is None:
+    if run.started_at is None:
         return None
     timeout = timedelta(seconds=settings.CONTROLPLANE_HEARTBEAT_TIMEOUT)
     if run.last_heartbeat_at is not None:
@@ -199,6 +202,28 @@ def _heartbeat_overdue(run: Run, now: datetime) -> str | None:
     grace = timedelta(seconds=settings.CONTROLPLANE_STARTUP_GRACE)
     if now - run.started_at > grace:
         return f"no heartbeat within {grace.total_seconds():g} s of the launch"
+    return None
+
+
+def _stalled(run: Run, now: datetime) -> str | None:
+    """Why the run counts as stalled (alive, but no batch completed and no idle report for
+    max(CONTROLPLANE_STALL_SECONDS, 10 triggers)), or None."""
+    if run.started_at is None:
+        return None
+    trigger = float(run.pipeline.spec.get("trigger", {}).get("interval_seconds", 1.0))
+    window = timedelta(seconds=max(settings.CONTROLPLANE_STALL_SECONDS, 10 * trigger))
+    seen = [t for t in (run.last_batch_at, run.last_idle_at) if t is not None]
+    if seen:
+        quiet = now - max(seen)
+        if quiet > window:
+            return (
+                f"no batch completed for {quiet.total_seconds():.0f} s with records to read"
+                f" (window {window.total_seconds():g} s)"
+            )
+        return None
+    grace = timedelta(seconds=settings.CONTROLPLANE_STARTUP_GRACE) + window
+    if now - run.started_at > grace:
+        return f"no batch completed within {grace.total_seconds():g} s of the launch"
     return None
 
 

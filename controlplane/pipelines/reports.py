@@ -79,14 +79,22 @@ class RunReportView(APIView):
 
 
 class RunHeartbeat(RunReportView):
-    """A driver's periodic sign of life; the answer may ask it to stop gracefully."""
+    """A driver's periodic sign of life (`{"idle": true}`: its query waits for data); the
+    answer may ask it to stop gracefully."""
 
-    @extend_schema(request=None, responses={200: HeartbeatReply})
+    @extend_schema(
+        request=inline_serializer("Heartbeat", {"idle": serializers.BooleanField(required=False)}),
+        responses={200: HeartbeatReply},
+    )
     def post(self, request, run_id: int) -> Response:
         run: Run = request.auth
         if not _current(run):
             return Response(STALE, status=status.HTTP_409_CONFLICT)
-        Run.objects.filter(pk=run.pk).update(last_heartbeat_at=timezone.now())
+        now = timezone.now()
+        changes = {"last_heartbeat_at": now}
+        if isinstance(request.data, dict) and request.data.get("idle") is True:
+            changes["last_idle_at"] = now  # waiting for data, not stuck
+        Run.objects.filter(pk=run.pk).update(**changes)
         return Response(_answer(run))
 
 
