@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote
@@ -13,8 +13,9 @@ from urllib.parse import quote
 import pytest
 from django.db import connection
 
-from controlplane.pipelines import reconciler
-from controlplane.pipelines.models import Pipeline, ReconcilerState
+from controlplane.pipelines import launcher, reconciler
+from controlplane.pipelines.models import Pipeline, ReconcilerState, Run
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,8 +36,7 @@ def test_a_pipeline_that_looks_alive_without_a_run_is_settled(pipeline):
     assert Pipeline.objects.get(name="orders").status == "stopped"
 
 
-@pytest.mark.django_db(transaction=True)
-def test_celery_beat_and_a_worker_run_the_tick_through_redis(tmp_path):
+def worker_env(tmp_path) -> dict:
     env = dict(os.environ)
     db = connection.settings_dict  # the test database, which the worker must use too
     credentials = quote(db["USER"], safe="") + (
@@ -45,41 +45,77 @@ def test_celery_beat_and_a_worker_run_the_tick_through_redis(tmp_path):
     env["DATABASE_URL"] = f"postgresql://{credentials}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
     env["CONTROLPLANE_RECONCILE_SECONDS"] = "1"
     env["CONTROLPLANE_VAR_DIR"] = str(tmp_path)
+    return env
+
+
+def start_worker(env, tmp_path, name="celery") -> subprocess.Popen:
+    """A Celery worker with embedded beat, in a session of its own (killable as a whole)."""
     command = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "controlplane",
-        "worker",
-        "--beat",
-        "--concurrency",
-        "1",
-        "--loglevel",
-        "INFO",
-        "--without-heartbeat",
-        "--without-gossip",
-        "--without-mingle",
-        "--schedule",
-        str(tmp_path / "beat-schedule"),
-    ]
-    log = open(tmp_path / "celery.log", "wb")  # noqa: SIM115
-    worker = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--beat",
+        "--concurrency", "1", "--loglevel", "INFO",
+        "--without-heartbeat", "--without-gossip", "--without-mingle",
+        "--schedule", str(tmp_path / f"{name}-beat-schedule"),
+    ]  # fmt: skip
+    log = open(tmp_path / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it
+    return subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def ticks() -> int:
+    state = ReconcilerState.objects.filter(id=1).first()
+    return state.ticks if state else 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_celery_beat_and_a_worker_run_the_tick_through_redis(tmp_path):
+    worker = start_worker(worker_env(tmp_path), tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        ticks = 0
-        while time.monotonic() < deadline:
-            state = ReconcilerState.objects.filter(id=1).first()
-            ticks = state.ticks if state else 0
-            if ticks >= 2:
-                break
-            assert worker.poll() is None, (tmp_path / "celery.log").read_text()
-            time.sleep(0.5)
-        assert ticks >= 2, (tmp_path / "celery.log").read_text()
+        assert wait_for(lambda: ticks() >= 2 or worker.poll() is not None, timeout=60)
+        assert ticks() >= 2, (tmp_path / "celery.log").read_text()
     finally:
         worker.terminate()
         worker.wait(timeout=30)
-        log.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_killing_the_worker_and_beat_neither_kills_nor_duplicates_the_driver(
+    api, pipeline, tmp_path
+):
+    """The whole Celery side dies (SIGKILL) while a pipeline runs; a new worker adopts the
+    running driver instead of launching a second one."""
+    env = worker_env(tmp_path)
+    env.update(
+        SPARK_SUBMIT=str(ROOT / "tests" / "drivers" / "standin.py"),
+        STANDIN_MODE="silent",
+        CONTROLPLANE_RUNS_ROOT=str(tmp_path / "runs"),
+        CONTROLPLANE_CHECKPOINT_ROOT=str(tmp_path / "checkpoints"),
+    )
+    assert api.post("/api/pipelines/orders/start/").status_code == 202
+    first = start_worker(env, tmp_path, "first")
+    try:
+        assert wait_for(lambda: Run.objects.filter(state="running").exists(), timeout=60), (
+            tmp_path / "first.log"
+        ).read_text()
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+    run = Run.objects.get()
+    assert launcher.alive(run)  # the driver outlived the worker that launched it
+
+    second = start_worker(env, tmp_path, "second")
+    try:
+        before = ticks()
+        assert wait_for(lambda: ticks() >= before + 3, timeout=60)
+        assert list(Run.objects.values_list("pk", "state", "pid")) == [(run.pk, "running", run.pid)]
+        assert launcher.alive(run)
+        assert api.post("/api/pipelines/orders/stop/").status_code == 202
+        assert wait_for(lambda: Run.objects.get().state == "exited", timeout=60)
+        assert Run.objects.get().cause == "stopped"
+    finally:
+        os.killpg(second.pid, signal.SIGTERM)
+        second.wait(timeout=30)
+        launcher.kill(run)
 
 
 def test_a_failed_pipeline_is_not_relaunched_until_started_again(api, pipeline):
