@@ -164,3 +164,15 @@ def test_runs_and_failures_are_listed_newest_first(api, standin):  # noqa: F811
     assert failures[0]["decision"].startswith("gave up: 2 failures since the last start")
     assert failures[1]["decision"].startswith("restart 1 of 1")
     assert reconciler  # the module drives these runs through step()
+
+
+def test_changing_the_desired_state_or_spec_through_put_or_patch_is_audited_too(
+    api, user, pipeline
+):
+    response = api.patch("/api/pipelines/orders/", {"desired_state": "suspended"}, format="json")
+    assert response.status_code == 200
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.actor_name) == ("update", user.username)
+    assert (entry.before["desired_state"], entry.after["desired_state"]) == ("stopped", "suspended")
+    api.patch("/api/pipelines/orders/", {"description": "same spec, new words"}, format="json")
+    assert AuditEntry.objects.count() == 1  # nothing the audit log tracks changed

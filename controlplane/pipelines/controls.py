@@ -14,23 +14,12 @@ from datetime import datetime
 
 from django.db import transaction
 
-from . import launcher, reconciler
-from .models import AuditEntry, DesiredState, Pipeline, Run, RunState, Status
+from . import audit, launcher, reconciler
+from .models import DesiredState, Pipeline, Run, RunState, Status
 
 
 class NotApplicable(Exception):
     """The action makes no sense in the pipeline's current state (answered with 409)."""
-
-
-SNAPSHOT = ("desired_state", "status", "generation", "attempt", "restarts", "next_attempt_at")
-
-
-def snapshot(pipeline: Pipeline) -> dict:
-    out = {}
-    for name in SNAPSHOT:
-        value = getattr(pipeline, name)
-        out[name] = value.isoformat() if isinstance(value, datetime) else value
-    return out
 
 
 def _start(pipeline: Pipeline, now: datetime) -> dict:
@@ -109,7 +98,7 @@ def act(pipeline: Pipeline, action: str, *, user, reason: str, now: datetime) ->
     """Carry out an on-call action and audit it; returns the pipeline as it now is."""
     with transaction.atomic():
         locked = Pipeline.objects.select_for_update().get(pk=pipeline.pk)
-        before = snapshot(locked)
+        before = audit.snapshot(locked)
         changes = ACTIONS[action](locked, now)
         if changes:
             Pipeline.objects.filter(pk=locked.pk).update(**changes, updated_by=user, updated_at=now)
@@ -120,14 +109,5 @@ def act(pipeline: Pipeline, action: str, *, user, reason: str, now: datetime) ->
                     run, now, exit_code=-9, cause="killed", error=f"killed by {user}: {reason}"
                 )
         locked.refresh_from_db()
-        AuditEntry.objects.create(
-            actor=user,
-            actor_name=user.get_username(),
-            action=action,
-            pipeline=locked,
-            pipeline_name=locked.name,
-            reason=reason,
-            before=before,
-            after=snapshot(locked),
-        )
+        audit.record(locked, action, user=user, reason=reason, before=before)
     return locked

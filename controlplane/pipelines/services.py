@@ -16,6 +16,7 @@ from django.utils import timezone
 from controlplane.connections.models import Connection
 from jobs.spec import FieldError, PipelineSpec, SpecError, parse_spec
 
+from . import audit
 from .models import Pipeline, PipelineConnection, PipelineVersion
 
 
@@ -99,6 +100,7 @@ def update_pipeline(
     spec = validate(spec_data) if spec_data is not None else None
     with transaction.atomic():
         current = Pipeline.objects.select_for_update().get(pk=pipeline.pk)
+        before = audit.snapshot(current)
         if current.version != expected:
             raise Conflict(
                 f"pipeline {pipeline.name!r} is at version {current.version}, not {expected}; "
@@ -122,5 +124,8 @@ def update_pipeline(
         updated = Pipeline.objects.filter(pk=current.pk, version=current.version).update(**changes)
         if updated != 1:
             raise Conflict(f"pipeline {pipeline.name!r} changed while it was being updated")
+        current.refresh_from_db()
+        if audit.snapshot(current) != before:
+            audit.record(current, "update", user=user, reason="", before=before)
     pipeline.refresh_from_db()
     return pipeline

@@ -1,0 +1,39 @@
+"""The audit log: who changed what about a pipeline, when, why, and the state around it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from .models import AuditEntry, Pipeline
+
+SNAPSHOT = (
+    "desired_state",
+    "status",
+    "version",
+    "generation",
+    "attempt",
+    "restarts",
+    "next_attempt_at",
+)
+
+
+def snapshot(pipeline: Pipeline) -> dict:
+    out = {}
+    for name in SNAPSHOT:
+        value = getattr(pipeline, name)
+        out[name] = value.isoformat() if isinstance(value, datetime) else value
+    return out
+
+
+def record(pipeline: Pipeline, action: str, *, user, reason: str, before: dict) -> AuditEntry:
+    """Write an entry (call it inside the transaction that made the change)."""
+    return AuditEntry.objects.create(
+        actor=user if getattr(user, "pk", None) else None,
+        actor_name=user.get_username() if getattr(user, "pk", None) else "system",
+        action=action,
+        pipeline=pipeline,
+        pipeline_name=pipeline.name,
+        reason=reason,
+        before=before,
+        after=snapshot(pipeline),
+    )
