@@ -8,7 +8,8 @@ import uuid
 import psycopg
 import pytest
 
-from jobs.pipeline import RunConfig, shuffles, start_query
+from controlplane.checkpoints import read_checkpoint
+from jobs.pipeline import RunConfig, shuffles, start_query, stream_id
 from jobs.sinks.postgres import PostgresSink
 from jobs.spec import parse_spec
 from tests.kafka_helpers import new_topic, produce
@@ -279,3 +280,27 @@ def test_shuffles_tells_plans_with_stable_partitions_from_the_others(spark, quer
         assert shuffles(spark.sql(query)) is expected
     finally:
         frame.unpersist()
+
+
+def test_the_checkpoint_tells_the_last_committed_batch_and_offsets_with_no_driver_running(
+    spark, kafka_bootstrap, sink_dsn, tmp_path
+):
+    topic = new_topic(kafka_bootstrap)
+    produce(kafka_bootstrap, topic, events(0, 900))  # 300 per partition, 400 per batch
+    config = run_config(tmp_path, topic, sink_dsn)
+    drain(spark, config)
+    checkpoint = read_checkpoint(config.checkpoint)
+    assert checkpoint.query_id == stream_id(config.checkpoint)
+    last = checkpoint.last_committed
+    assert last.batch_id == 2 and checkpoint.in_flight == []
+    assert checkpoint.committed_offsets() == {(topic, 0): 300, (topic, 1): 300, (topic, 2): 300}
+    assert [b.batch_id for b in checkpoint.history] == [2, 1, 0]
+    assert all(b.committed_at >= b.planned_at for b in checkpoint.history)
+    assert checkpoint.size_bytes > 0
+    # A batch whose WAL entry exists but whose commit does not is in flight.
+    commit = tmp_path / "checkpoint" / "commits" / "2"
+    commit.unlink()
+    (commit.parent / ".2.crc").unlink(missing_ok=True)
+    checkpoint = read_checkpoint(config.checkpoint)
+    assert (checkpoint.last_committed.batch_id, checkpoint.in_flight) == (1, [2])
+    assert read_checkpoint(tmp_path / "nowhere") is None

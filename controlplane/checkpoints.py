@@ -1,0 +1,162 @@
+"""Reading a Structured Streaming checkpoint directory: the truth about what a query has
+committed, even while its driver is dead. Plain Python, no Spark, no Django.
+
+Layout (Spark 3.x/4.x): `metadata` holds the query id; `offsets/N` is the write-ahead log of
+batch N (`v1`, the batch's metadata, then one line of offsets JSON per source), written
+before the batch runs; `commits/N` is written once batch N is committed. So:
+
+* the last committed batch is the highest N in `commits/`, its offsets in `offsets/N`;
+* batches in flight are those in `offsets/` beyond the last commit;
+* commit time is the commit file's time; offsets-to-commit time is how long the batch took
+  from its WAL entry to its commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class CheckpointBatch:
+    batch_id: int
+    planned_at: datetime | None  # when its offsets (WAL entry) were written
+    committed_at: datetime | None  # when it was committed; None: in flight
+    offsets: dict  # the first source's offsets, `$` bookkeeping keys left out
+    watermark_ms: int | None = None
+
+    @property
+    def wal_to_commit_ms(self) -> float | None:
+        if self.planned_at is None or self.committed_at is None:
+            return None
+        return (self.committed_at - self.planned_at).total_seconds() * 1000
+
+    def as_dict(self) -> dict:
+        return {
+            "batch_id": self.batch_id,
+            "planned_at": _iso(self.planned_at),
+            "committed_at": _iso(self.committed_at),
+            "wal_to_commit_ms": self.wal_to_commit_ms,
+            "offsets": self.offsets,
+            "watermark_ms": self.watermark_ms,
+        }
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: str
+    query_id: str | None
+    last_committed: CheckpointBatch | None
+    in_flight: list[int]
+    history: list[CheckpointBatch] = field(default_factory=list)  # newest first
+    size_bytes: int = 0
+    state_size_bytes: int = 0
+
+    def committed_offsets(self) -> dict[tuple[str, int], int]:
+        if self.last_committed is None:
+            return {}
+        return {
+            (topic, int(p)): offset
+            for topic, parts in self.last_committed.offsets.items()
+            for p, offset in parts.items()
+        }
+
+    def as_dict(self) -> dict:
+        last = self.last_committed
+        return {
+            "path": self.path,
+            "query_id": self.query_id,
+            "last_batch_id": last.batch_id if last else None,
+            "last_commit_at": _iso(last.committed_at) if last else None,
+            "committed_offsets": last.offsets if last else {},
+            "in_flight": self.in_flight,
+            "size_bytes": self.size_bytes,
+            "state_size_bytes": self.state_size_bytes,
+            "history": [b.as_dict() for b in self.history],
+        }
+
+
+def read_checkpoint(path: str | Path, *, history: int = 20) -> Checkpoint | None:
+    """The checkpoint at `path`, or None if there is none (never started, or unreachable)."""
+    root = Path(path)
+    if not (root / "offsets").is_dir():
+        return None
+    query_id = None
+    with contextlib.suppress(OSError, ValueError):
+        query_id = json.loads((root / "metadata").read_text()).get("id")
+    planned = _batch_files(root / "offsets")
+    committed = _batch_files(root / "commits")
+    last_id = max(committed) if committed else None
+    in_flight = sorted(n for n in planned if last_id is None or n > last_id)
+    batches = []
+    for n in sorted(planned, reverse=True)[:history]:
+        batches.append(_batch(n, planned[n], committed.get(n)))
+    last = None
+    if last_id is not None and last_id in planned:
+        last = _batch(last_id, planned[last_id], committed[last_id])
+    return Checkpoint(
+        path=str(root),
+        query_id=query_id,
+        last_committed=last,
+        in_flight=in_flight,
+        history=batches,
+        size_bytes=_size(root),
+        state_size_bytes=_size(root / "state"),
+    )
+
+
+def _batch_files(directory: Path) -> dict[int, Path]:
+    if not directory.is_dir():
+        return {}
+    return {int(p.name): p for p in directory.iterdir() if p.name.isdigit()}
+
+
+def _batch(n: int, offsets_file: Path, commit_file: Path | None) -> CheckpointBatch:
+    offsets: dict = {}
+    try:
+        lines = offsets_file.read_text().splitlines()
+        if len(lines) >= 3 and lines[2] not in ("-", ""):
+            offsets = {k: v for k, v in json.loads(lines[2]).items() if not k.startswith("$")}
+    except (OSError, ValueError):
+        pass
+    watermark = None
+    if commit_file is not None:
+        try:
+            lines = commit_file.read_text().splitlines()
+            watermark = json.loads(lines[1]).get("nextBatchWatermarkMs") if len(lines) > 1 else None
+        except (OSError, ValueError):
+            pass
+    return CheckpointBatch(
+        batch_id=n,
+        planned_at=_mtime(offsets_file),
+        committed_at=_mtime(commit_file) if commit_file is not None else None,
+        offsets=offsets,
+        watermark_ms=watermark,
+    )
+
+
+def _mtime(path: Path) -> datetime | None:
+    try:
+        return datetime.fromtimestamp(path.stat().st_mtime, tz=UTC)
+    except OSError:
+        return None
+
+
+def _size(root: Path) -> int:
+    if not root.is_dir():
+        return 0
+    total = 0
+    for p in root.rglob("*"):
+        try:
+            if p.is_file():
+                total += p.stat().st_size
+        except OSError:
+            continue
+    return total
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat().replace("+00:00", "Z") if moment else None

@@ -1,0 +1,176 @@
+"""Kafka lag and backpressure maths: plain Python, time passed in.
+
+Lag status in the spirit of LinkedIn's Burrow, over a window of samples (time, total lag,
+sum of committed offsets):
+
+  stopped   the pipeline is not running (its lag is still computed: it grows while stopped)
+  ok        no lag, or lag that is not growing (the job keeps up or catches up)
+  lagging   lag > 0 and growing over the window (the job reads slower than producers write)
+  stalled   lag > 0 and the committed offsets did not move over the window
+
+Backpressure, Spark's counterpart of Flink's OK / LOW / HIGH. Flink measures the share of
+time a task is blocked by its downstream (OK <= 10 %, LOW <= 50 %, HIGH above). A micro-batch
+query is never blocked that way; what tells that the sink (or anything else) holds it back
+is how much of each trigger interval a batch takes to process, the busy ratio
+(batch duration / trigger interval):
+
+  ok     busy < 0.5: the job is idle more than half of each interval, with room to spare
+  low    0.5 <= busy < 1.0: it keeps up, but a burst or a slower sink will tip it over
+  high   busy >= 1.0 (batches take longer than the trigger, so they run back to back and
+         data waits), or batches are capped by max_records_per_batch while lag grows
+         (admission control is all that keeps batches bounded: the job cannot catch up)
+
+With a trigger interval of 0 (batches back to back) the busy ratio is 1.0 while there is
+data to read, so only the cap-and-growing-lag rule tells `high` from `low`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+BUSY_LOW = 0.5
+BUSY_HIGH = 1.0
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    committed: int | None  # the next offset the job will read (None: not read yet)
+    end: int  # the log end offset
+    lag: int
+
+    def as_dict(self) -> dict:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "committed": self.committed,
+            "end": self.end,
+            "lag": self.lag,
+        }
+
+
+def partition_lags(
+    committed: dict[tuple[str, int], int],
+    ends: dict[tuple[str, int], int],
+    earliest: dict[tuple[str, int], int] | None = None,
+) -> list[PartitionLag]:
+    """Records between what the job committed and each log end. A partition the job has not
+    read yet lags by everything still in it (from `earliest`, 0 if unknown)."""
+    out = []
+    for (topic, partition), end in sorted(ends.items()):
+        position = committed.get((topic, partition))
+        start = position if position is not None else (earliest or {}).get((topic, partition), 0)
+        out.append(PartitionLag(topic, partition, position, end, max(0, end - start)))
+    return out
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: datetime
+    lag: int  # total records behind
+    committed: int  # sum of committed offsets: it moves when the job makes progress
+
+
+@dataclass(frozen=True)
+class LagStatus:
+    status: str  # ok, lagging, stalled, stopped
+    trend: float | None  # records per second the lag changes by (> 0: growing)
+    eta_seconds: float | None  # time to catch up at the current trend, if it shrinks
+
+    def as_dict(self) -> dict:
+        return {"status": self.status, "trend": self.trend, "eta_seconds": self.eta_seconds}
+
+
+def lag_status(
+    samples: Sequence[Sample], *, running: bool, now: datetime, window: float
+) -> LagStatus:
+    """The lag's status over the samples of the last `window` seconds (oldest first or not)."""
+    recent = sorted(
+        (s for s in samples if (now - s.at).total_seconds() <= window), key=lambda s: s.at
+    )
+    trend = (
+        _slope([((s.at - recent[0].at).total_seconds(), s.lag) for s in recent])
+        if len(recent) >= 2
+        else None
+    )
+    latest = recent[-1].lag if recent else None
+    eta = None
+    if trend is not None and trend < 0 and latest:
+        eta = latest / -trend
+    if not running:
+        return LagStatus("stopped", trend, None)
+    if not latest or len(recent) < 2:
+        return LagStatus("ok", trend, eta)
+    spans_window = (recent[-1].at - recent[0].at).total_seconds() >= window / 2
+    if spans_window and recent[-1].committed == recent[0].committed:
+        return LagStatus("stalled", trend, None)
+    if trend is not None and trend > 0 and recent[-1].lag > recent[0].lag:
+        return LagStatus("lagging", trend, None)
+    return LagStatus("ok", trend, eta)
+
+
+@dataclass(frozen=True)
+class Batch:
+    duration_ms: float
+    input_rows: int
+
+
+@dataclass(frozen=True)
+class Backpressure:
+    level: str  # ok, low, high
+    busy_ratio: float | None
+    capped_share: float  # share of the recent batches that hit max_records_per_batch
+    reason: str
+
+    def as_dict(self) -> dict:
+        return {
+            "level": self.level,
+            "busy_ratio": self.busy_ratio,
+            "capped_share": self.capped_share,
+            "reason": self.reason,
+        }
+
+
+def backpressure(
+    batches: Sequence[Batch],
+    *,
+    trigger_seconds: float,
+    max_records_per_batch: int | None,
+    lag_growing: bool,
+) -> Backpressure:
+    """The level over recent batches with data (see the module's docstring for the rules)."""
+    busy_batches = [b for b in batches if b.input_rows > 0]
+    if not busy_batches:
+        return Backpressure("ok", 0.0 if batches else None, 0.0, "no batch with data")
+    mean_ms = sum(b.duration_ms for b in busy_batches) / len(busy_batches)
+    busy = 1.0 if trigger_seconds <= 0 else mean_ms / (trigger_seconds * 1000)
+    capped = 0.0
+    if max_records_per_batch:
+        capped = sum(b.input_rows >= max_records_per_batch for b in busy_batches) / len(
+            busy_batches
+        )
+    if capped >= 0.5 and lag_growing:
+        return Backpressure(
+            "high", busy, capped, "batches are capped by max_records_per_batch and lag grows"
+        )
+    if trigger_seconds > 0 and busy >= BUSY_HIGH:
+        return Backpressure(
+            "high", busy, capped, f"batches take {busy:.0%} of the trigger interval"
+        )
+    if busy >= BUSY_LOW:
+        return Backpressure("low", busy, capped, f"batches take {busy:.0%} of the trigger interval")
+    return Backpressure("ok", busy, capped, f"batches take {busy:.0%} of the trigger interval")
+
+
+def _slope(points: Sequence[tuple[float, float]]) -> float | None:
+    """Least-squares slope of y over x; None if x does not vary."""
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    var = sum((x - mean_x) ** 2 for x, _ in points)
+    if var == 0:
+        return None
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / var

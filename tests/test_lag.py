@@ -1,0 +1,136 @@
+"""Lag status and backpressure maths (pure logic, time passed in)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controlplane.lag import (
+    Batch,
+    Sample,
+    backpressure,
+    lag_status,
+    partition_lags,
+)
+
+T0 = datetime(2026, 11, 22, 3, 0, tzinfo=UTC)
+
+
+def samples(*points):
+    """(seconds, lag, committed) triples."""
+    return [Sample(at=T0 + timedelta(seconds=s), lag=lag, committed=c) for s, lag, c in points]
+
+
+def test_partition_lag_is_the_log_end_minus_what_was_committed():
+    lags = partition_lags(
+        {("t", 0): 90, ("t", 1): 100},
+        {("t", 0): 100, ("t", 1): 100, ("t", 2): 40},
+        earliest={("t", 2): 10},
+    )
+    assert [(p.partition, p.committed, p.lag) for p in lags] == [
+        (0, 90, 10),
+        (1, 100, 0),
+        (2, None, 30),
+    ]
+
+
+def test_a_job_that_keeps_up_is_ok():
+    status = lag_status(
+        samples((0, 5, 100), (30, 0, 200), (60, 3, 300)),
+        running=True,
+        now=T0 + timedelta(seconds=60),
+        window=60,
+    )
+    assert status.status == "ok"
+
+
+def test_lag_growing_over_the_window_is_lagging():
+    status = lag_status(
+        samples((0, 100, 0), (30, 400, 500), (60, 900, 1000)),
+        running=True,
+        now=T0 + timedelta(seconds=60),
+        window=60,
+    )
+    assert status.status == "lagging"
+    assert status.trend == 800 / 60
+    assert status.eta_seconds is None
+
+
+def test_lag_with_offsets_that_do_not_move_is_stalled():
+    status = lag_status(
+        samples((0, 100, 500), (30, 150, 500), (60, 150, 500)),
+        running=True,
+        now=T0 + timedelta(seconds=60),
+        window=60,
+    )
+    assert status.status == "stalled"
+
+
+def test_a_shrinking_lag_is_ok_with_a_time_to_catch_up():
+    status = lag_status(
+        samples((0, 1000, 0), (10, 500, 600)),
+        running=True,
+        now=T0 + timedelta(seconds=10),
+        window=60,
+    )
+    assert status.status == "ok"
+    assert status.trend == -50
+    assert status.eta_seconds == 10
+
+
+def test_a_stopped_pipeline_is_stopped_whatever_its_lag():
+    status = lag_status(
+        samples((0, 10, 5), (60, 500, 5)), running=False, now=T0 + timedelta(seconds=60), window=60
+    )
+    assert status.status == "stopped"
+    assert status.trend > 0  # the lag still grows, and is shown
+
+
+def test_backpressure_levels_follow_the_busy_ratio():
+    def level(duration_ms, trigger=1.0):
+        return backpressure(
+            [Batch(duration_ms, 100)] * 3,
+            trigger_seconds=trigger,
+            max_records_per_batch=10_000,
+            lag_growing=False,
+        )
+
+    assert (level(200).level, level(200).busy_ratio) == ("ok", 0.2)
+    assert level(700).level == "low"
+    assert level(1500).level == "high"
+    assert (
+        backpressure([], trigger_seconds=1, max_records_per_batch=None, lag_growing=False).level
+        == "ok"
+    )
+
+
+def test_batches_capped_by_admission_control_while_lag_grows_are_high_backpressure():
+    capped = [Batch(300, 1000)] * 4
+    high = backpressure(capped, trigger_seconds=0, max_records_per_batch=1000, lag_growing=True)
+    assert (high.level, high.capped_share) == ("high", 1.0)
+    assert "capped" in high.reason
+    catching_up = backpressure(
+        capped, trigger_seconds=0, max_records_per_batch=1000, lag_growing=False
+    )
+    assert catching_up.level == "low"
+
+
+@given(
+    st.lists(
+        st.tuples(st.floats(0, 600), st.integers(0, 10**9), st.integers(0, 10**9)),
+        min_size=0,
+        max_size=30,
+    ),
+    st.booleans(),
+)
+def test_the_status_is_one_of_four_and_a_time_to_catch_up_only_when_the_lag_shrinks(
+    points, running
+):
+    status = lag_status(
+        samples(*points), running=running, now=T0 + timedelta(seconds=600), window=300
+    )
+    assert status.status in {"ok", "lagging", "stalled", "stopped"}
+    if status.eta_seconds is not None:
+        assert status.trend < 0 and status.eta_seconds >= 0
