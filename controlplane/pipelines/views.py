@@ -4,6 +4,7 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
@@ -13,7 +14,7 @@ from rest_framework.response import Response
 from controlplane.api.fields import flatten_spec_error
 from jobs.spec import SpecError
 
-from . import controls, services, tasks
+from . import controls, metrics, services, tasks
 from .models import AuditEntry, Pipeline, Status
 from .serializers import (
     AuditEntrySerializer,
@@ -185,6 +186,30 @@ class PipelineViewSet(viewsets.ModelViewSet):
         pipeline = self.get_object()
         page = self.paginate_queryset(pipeline.failures.select_related("run"))
         return self.get_paginated_response(FailureSerializer(page, many=True).data)
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["get"])
+    def metrics(self, request, name: str | None = None) -> Response:
+        """Live figures: checkpoint progress, Kafka lag (records, seconds, status, per
+        partition), backpressure (level, busy ratio) and throughput."""
+        return Response(metrics.pipeline_metrics(self.get_object(), timezone.now()))
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["get"])
+    def checkpoints(self, request, name: str | None = None) -> Response:
+        """The checkpoint as it is on disk: last committed batch, its offsets, batches in
+        flight, size, and the recent batches (WAL entry to commit times)."""
+        pipeline = self.get_object()
+        checkpoint = metrics.checkpoint_of(pipeline)
+        if checkpoint is None:
+            return Response(
+                {
+                    "detail": f"pipeline {pipeline.name!r} has no checkpoint the control plane"
+                    " can read (never started, or kept on another host)"
+                },
+                status=status.HTTP_404_NOT_FOUND,
+            )
+        return Response(checkpoint.as_dict())
 
     @extend_schema(responses=PipelineVersionSerializer(many=True))
     @action(detail=True, methods=["get"], serializer_class=PipelineVersionSerializer)

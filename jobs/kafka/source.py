@@ -250,15 +250,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- Kafka metadata ----------------------------------------------------------------------
 
     def _metadata_consumer(self):
-        from kafka import KafkaConsumer
-
         if self._consumer is None:
-            self._consumer = KafkaConsumer(
-                **self.options.client_config,
-                enable_auto_commit=False,
-                max_partition_fetch_bytes=1024,
-                fetch_max_wait_ms=10,
-            )
+            self._consumer = metadata_consumer(self.options.client_config)
         return self._consumer
 
     def _partitions(self) -> list[tuple[str, int]]:
@@ -285,39 +278,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {(tp.topic, tp.partition): o for tp, o in result.items()}
 
     def _end(self, partitions) -> dict[tuple[str, int], int]:
-        """Log end offsets, confirmed by a fetch's high watermark.
-
-        ListOffsets(latest) can under-report on some brokers (Tansu 0.6 misses most of the last
-        record batch); the high watermark a fetch returns is authoritative, so one small fetch
-        at the reported end checks it.
-        """
-        from kafka import TopicPartition
-
         if not partitions:
             return {}
-        tps = [TopicPartition(t, p) for t, p in partitions]
         with self._lock:
-            consumer = self._metadata_consumer()
-            listed = consumer.end_offsets(tps)
-            first = consumer.beginning_offsets(tps)
-            consumer.assign(tps)
-            # Fetch from one record before the listed end: the answer then always carries
-            # records, and with them a fresh high watermark for that partition.
-            waiting = set()
-            for tp in tps:
-                consumer.seek(tp, max(first[tp], listed[tp] - 1))
-                if listed[tp] > first[tp]:
-                    waiting.add(tp)
-            out = {(tp.topic, tp.partition): listed[tp] for tp in tps}
-            deadline = time.monotonic() + END_OFFSET_CHECK_SECONDS
-            while waiting and time.monotonic() < deadline:
-                for tp in consumer.poll(timeout_ms=50, update_offsets=False):
-                    waiting.discard(tp)
-            for tp in tps:
-                hw = consumer.highwater(tp)
-                if hw is not None and tp not in waiting:
-                    out[(tp.topic, tp.partition)] = max(listed[tp], hw)
-            return out
+            return log_ends(self._metadata_consumer(), partitions)
 
     def _offsets_for_time(self, partitions, ms: int) -> dict[tuple[str, int], int]:
         """Per partition, the first offset whose record is stamped at or after `ms` (the log
@@ -354,11 +318,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Whether `offset` is the first record at or after `ms`: it is, or is the end, and
         the record before it is older."""
         if offset < hi:
-            found = _record_time(consumer, tp, offset, hi)
+            found = record_time(consumer, tp, offset, hi)
             if found is None or found[1] < ms:
                 return False
         if offset > lo:
-            before = _record_time(consumer, tp, offset - 1, hi)
+            before = record_time(consumer, tp, offset - 1, hi)
             if before is not None and before[0] == offset - 1 and before[1] >= ms:
                 return False
         return True
@@ -368,7 +332,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assuming timestamps grow with offsets (as Kafka's time index does)."""
         while lo < hi:
             mid = (lo + hi) // 2
-            found = _record_time(consumer, tp, mid, hi)
+            found = record_time(consumer, tp, mid, hi)
             if found is None:
                 return hi
             offset, stamp = found
@@ -379,7 +343,52 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return lo
 
 
-def _record_time(consumer, tp, offset: int, end: int) -> tuple[int, int] | None:
+def log_ends(consumer, partitions) -> dict[tuple[str, int], int]:
+    """Log end offsets of (topic, partition) pairs, confirmed by a fetch's high watermark.
+
+    ListOffsets(latest) can under-report on some brokers (Tansu 0.6 misses most of the last
+    record batch); the high watermark a fetch returns is authoritative, so one small fetch
+    at the reported end checks it. `consumer` is assigned the partitions (a metadata consumer
+    with a small max_partition_fetch_bytes, not one that reads data).
+    """
+    from kafka import TopicPartition
+
+    tps = [TopicPartition(t, p) for t, p in partitions]
+    listed = consumer.end_offsets(tps)
+    first = consumer.beginning_offsets(tps)
+    consumer.assign(tps)
+    # Fetch from one record before the listed end: the answer then always carries records,
+    # and with them a fresh high watermark for that partition.
+    waiting = set()
+    for tp in tps:
+        consumer.seek(tp, max(first[tp], listed[tp] - 1))
+        if listed[tp] > first[tp]:
+            waiting.add(tp)
+    out = {(tp.topic, tp.partition): listed[tp] for tp in tps}
+    deadline = time.monotonic() + END_OFFSET_CHECK_SECONDS
+    while waiting and time.monotonic() < deadline:
+        for tp in consumer.poll(timeout_ms=50, update_offsets=False):
+            waiting.discard(tp)
+    for tp in tps:
+        hw = consumer.highwater(tp)
+        if hw is not None and tp not in waiting:
+            out[(tp.topic, tp.partition)] = max(listed[tp], hw)
+    return out
+
+
+def metadata_consumer(client_config: dict):
+    """A consumer for offsets and single records, never for bulk reading."""
+    from kafka import KafkaConsumer
+
+    return KafkaConsumer(
+        **client_config,
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=1024,
+        fetch_max_wait_ms=10,
+    )
+
+
+def record_time(consumer, tp, offset: int, end: int) -> tuple[int, int] | None:
     """The first record at or after `offset` (before `end`): its offset and timestamp."""
     consumer.assign([tp])
     consumer.seek(tp, offset)

@@ -29,6 +29,8 @@ ENDPOINTS = {
     "pipeline-reset-restarts": ({"name": "x"}, ["post"]),
     "pipeline-runs": ({"name": "x"}, ["get"]),
     "pipeline-failures": ({"name": "x"}, ["get"]),
+    "pipeline-metrics": ({"name": "x"}, ["get"]),
+    "pipeline-checkpoints": ({"name": "x"}, ["get"]),
     "audit-list": ({}, ["get"]),
     "audit-detail": ({"pk": 1}, ["get"]),
     "run-heartbeat": ({"run_id": 1}, ["post"]),

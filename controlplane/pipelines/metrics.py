@@ -1,0 +1,206 @@
+"""A pipeline's live figures: checkpoint progress, Kafka lag, backpressure, throughput.
+
+Committed offsets come from the checkpoint directory itself when the control plane can read
+it (the truth, even while the driver is dead), else from the last progress the driver
+reported. Log ends come from the broker (confirmed by a fetch's high watermark), so lag is
+exact, and known while the job is stopped. Time lag is the age of the oldest record not yet
+processed. The lag's status and the backpressure level come from recent progress reports
+(`controlplane.lag` has the rules).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from django.conf import settings
+
+from controlplane.checkpoints import Checkpoint, read_checkpoint
+from controlplane.lag import Batch, Sample, backpressure, lag_status, partition_lags
+from jobs.connections import kafka_client_config
+
+from .models import BatchProgress, DesiredState, Pipeline, RunState
+
+log = logging.getLogger("controlplane.metrics")
+
+
+def checkpoint_of(pipeline: Pipeline) -> Checkpoint | None:
+    return read_checkpoint(Path(settings.CONTROLPLANE_CHECKPOINT_ROOT) / pipeline.name)
+
+
+def window_seconds(pipeline: Pipeline) -> float:
+    trigger = float(pipeline.spec.get("trigger", {}).get("interval_seconds", 1.0))
+    return max(60.0, 10 * trigger)
+
+
+def pipeline_metrics(pipeline: Pipeline, now: datetime) -> dict:
+    checkpoint = checkpoint_of(pipeline)
+    recent = _recent_progress(pipeline, now)
+    if checkpoint is not None and checkpoint.last_committed is not None:
+        committed = checkpoint.committed_offsets()
+        last = checkpoint.last_committed
+        checkpoint_part = {
+            "source": "checkpoint",
+            "last_batch_id": last.batch_id,
+            "last_commit_at": _iso(last.committed_at),
+            "age_seconds": _age(now, last.committed_at),
+            "committed_offsets": last.offsets,
+            "in_flight": checkpoint.in_flight,
+        }
+    else:
+        committed, checkpoint_part = _reported_checkpoint(pipeline, now)
+    running = (
+        pipeline.desired_state == DesiredState.RUNNING
+        and pipeline.runs.filter(state=RunState.RUNNING).exists()
+    )
+    lag = _kafka_lag(pipeline, committed, now)
+    status = lag_status(
+        [_sample(p) for p in recent if p.end_offsets and p.latest_offsets],
+        running=running,
+        now=now,
+        window=window_seconds(pipeline),
+    )
+    lag.update(status.as_dict())
+    source = pipeline.spec.get("source", {})
+    pressure = backpressure(
+        [Batch(p.batch_duration_ms or 0, p.num_input_rows) for p in recent[-10:]],
+        trigger_seconds=float(pipeline.spec.get("trigger", {}).get("interval_seconds", 1.0)),
+        max_records_per_batch=source.get("max_records_per_batch"),
+        lag_growing=status.status == "lagging",
+    )
+    with_data = [p for p in recent if p.num_input_rows]
+    return {
+        "status": pipeline.status,
+        "checkpoint": checkpoint_part,
+        "lag": lag,
+        "backpressure": pressure.as_dict() if running else {**pressure.as_dict(), "level": "ok"},
+        "throughput": {
+            "input_rows_per_second": _mean(p.input_rows_per_second for p in with_data),
+            "processed_rows_per_second": _mean(p.processed_rows_per_second for p in with_data),
+        },
+    }
+
+
+def _recent_progress(pipeline: Pipeline, now: datetime) -> list[BatchProgress]:
+    since = now - timedelta(seconds=window_seconds(pipeline))
+    rows = BatchProgress.objects.filter(run__pipeline=pipeline, reported_at__gte=since)
+    return list(rows.order_by("reported_at"))
+
+
+def _sample(progress: BatchProgress) -> Sample:
+    end = _flat(progress.end_offsets)
+    latest = _flat(progress.latest_offsets)
+    lag = sum(max(0, latest.get(tp, o) - o) for tp, o in end.items())
+    return Sample(at=progress.reported_at, lag=lag, committed=sum(end.values()))
+
+
+def _reported_checkpoint(pipeline: Pipeline, now: datetime) -> tuple[dict, dict]:
+    """Where the checkpoint cannot be read: the last batch a driver reported."""
+    last = BatchProgress.objects.filter(run__pipeline=pipeline).order_by("-reported_at").first()
+    if last is None:
+        return {}, {
+            "source": None,
+            "last_batch_id": None,
+            "last_commit_at": None,
+            "age_seconds": None,
+            "committed_offsets": {},
+            "in_flight": [],
+        }
+    return _flat(last.end_offsets), {
+        "source": "progress",
+        "last_batch_id": last.batch_id,
+        "last_commit_at": _iso(last.reported_at),
+        "age_seconds": _age(now, last.reported_at),
+        "committed_offsets": last.end_offsets or {},
+        "in_flight": [],
+    }
+
+
+def _kafka_lag(pipeline: Pipeline, committed: dict, now: datetime) -> dict:
+    from kafka import TopicPartition
+
+    from jobs.kafka.source import log_ends, metadata_consumer, record_time
+
+    source = pipeline.spec["source"]
+    out = {"records": None, "seconds": None, "partitions": [], "error": None}
+    try:
+        connection = pipeline.connections.get(name=source["connection"])
+        consumer = metadata_consumer(
+            {
+                **kafka_client_config(connection.settings, connection.get_secrets()),
+                # An API answer must not hang on a dead cluster.
+                "bootstrap_timeout_ms": 3_000,
+                "request_timeout_ms": 5_000,
+            }
+        )
+    except Exception as exc:  # an unreachable cluster is a figure we cannot give, not a 500
+        log.warning("pipeline %s: no Kafka lag: %s", pipeline.name, exc)
+        return {**out, "error": f"cannot reach Kafka: {exc}"}
+    try:
+        partitions = [
+            (topic, p)
+            for topic in source["topics"]
+            for p in sorted(consumer.partitions_for_topic(topic) or ())
+        ]
+        if not partitions:
+            return {**out, "error": "the topics have no partitions (do they exist?)"}
+        ends = log_ends(consumer, partitions)
+        earliest = {
+            (tp.topic, tp.partition): o
+            for tp, o in consumer.beginning_offsets(
+                [TopicPartition(t, p) for t, p in partitions]
+            ).items()
+        }
+        lags = partition_lags(committed, ends, earliest)
+        oldest = None
+        for lag in lags:
+            if lag.lag > 0:
+                position = lag.committed
+                if position is None:
+                    position = earliest[(lag.topic, lag.partition)]
+                found = record_time(
+                    consumer, TopicPartition(lag.topic, lag.partition), position, lag.end
+                )
+                if found is not None and (oldest is None or found[1] < oldest):
+                    oldest = found[1]
+        seconds = 0.0
+        if oldest is not None:
+            seconds = max(0.0, now.timestamp() - oldest / 1000)
+        return {
+            "records": sum(lag.lag for lag in lags),
+            "seconds": seconds,
+            "partitions": [lag.as_dict() for lag in lags],
+            "error": None,
+        }
+    except Exception as exc:
+        log.warning("pipeline %s: no Kafka lag: %s", pipeline.name, exc)
+        return {**out, "error": f"cannot read offsets from Kafka: {exc}"}
+    finally:
+        consumer.close()
+
+
+def _flat(offsets) -> dict[tuple[str, int], int]:
+    if not isinstance(offsets, dict):
+        return {}
+    return {
+        (topic, int(p)): int(o)
+        for topic, parts in offsets.items()
+        if isinstance(parts, dict) and not topic.startswith("$")
+        for p, o in parts.items()
+    }
+
+
+def _mean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def _age(now: datetime, then: datetime | None) -> float | None:
+    return (now - then).total_seconds() if then else None
+
+
+def _iso(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")

@@ -1,0 +1,123 @@
+"""Pipeline metrics and checkpoints through the API, against real Tansu, Spark and Postgres.
+
+The job runs in the test's Spark session (Trigger.AvailableNow) with the checkpoint where the
+control plane keeps it; between runs the pipeline is stopped, as after an operator's stop.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs.pipeline import RunConfig, start_query
+from jobs.spec import parse_spec
+from tests.kafka_helpers import new_topic, produce
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+
+@pytest.fixture
+def lagging(
+    api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, settings, tmp_path
+):
+    settings.CONTROLPLANE_CHECKPOINT_ROOT = tmp_path / "checkpoints"
+    topic = new_topic(kafka_bootstrap, partitions=3)
+    spec = {
+        "source": {
+            "connection": "events",
+            "topics": [topic],
+            "schema": "id STRING, n INT",
+            "starting_offsets": "earliest",
+        },
+        "sink": {"connection": "warehouse", "table": f"m_{topic.replace('-', '_')}"},
+    }
+    response = api.post("/api/pipelines/", {"name": "metered", "spec": spec}, format="json")
+    assert response.status_code == 201, response.json()
+    config = RunConfig(
+        pipeline="metered",
+        spec=parse_spec(response.json()["spec"]),
+        kafka={"bootstrap_servers": [kafka_bootstrap]},
+        postgres={"conninfo": sink_dsn},
+        checkpoint=str(Path(settings.CONTROLPLANE_CHECKPOINT_ROOT) / "metered"),
+        run_dir=str(tmp_path),
+    )
+    return topic, config
+
+
+def drain(spark, config):
+    query = start_query(spark, config, available_now=True)
+    query.awaitTermination(180)
+    assert query.exception() is None, query.exception()
+
+
+def test_lag_is_exact_while_stopped_and_nothing_once_caught_up(
+    spark, api, kafka_bootstrap, lagging
+):
+    topic, config = lagging
+    produce(kafka_bootstrap, topic, ({"id": f"a{i}", "n": i} for i in range(300)))
+    drain(spark, config)
+    oldest_ms = int(time.time() * 1000) - 7_000
+    produce(
+        kafka_bootstrap,
+        topic,
+        ({"id": f"b{i}", "n": i} for i in range(120)),
+        start=300,
+        timestamp=lambda i: oldest_ms + (i - 300) * 10,
+    )
+    asked = time.time()
+    body = api.get("/api/pipelines/metered/metrics/").json()
+    lag = body["lag"]
+    assert lag["error"] is None
+    assert lag["records"] == 120
+    assert [(p["partition"], p["committed"], p["end"], p["lag"]) for p in lag["partitions"]] == [
+        (0, 100, 140, 40),
+        (1, 100, 140, 40),
+        (2, 100, 140, 40),
+    ]
+    # The oldest unread record was stamped oldest_ms: its age, as of the request.
+    assert abs(lag["seconds"] - (asked - oldest_ms / 1000)) < 1.0
+    assert lag["status"] == "stopped"
+    checkpoint = body["checkpoint"]
+    assert checkpoint["source"] == "checkpoint"
+    assert checkpoint["committed_offsets"] == {topic: {"0": 100, "1": 100, "2": 100}}
+
+    page = api.get("/api/pipelines/metered/checkpoints/").json()
+    assert page["last_batch_id"] == checkpoint["last_batch_id"]
+    assert page["committed_offsets"] == checkpoint["committed_offsets"]
+    assert page["in_flight"] == []
+    assert page["history"][0]["batch_id"] == page["last_batch_id"]
+
+    drain(spark, config)
+    lag = api.get("/api/pipelines/metered/metrics/").json()["lag"]
+    assert (lag["records"], lag["seconds"]) == (0, 0.0)
+
+
+def test_a_pipeline_never_started_has_no_checkpoint_but_its_lag_is_known(
+    api, kafka_bootstrap, lagging
+):
+    topic, _config = lagging
+    produce(kafka_bootstrap, topic, ({"id": f"a{i}", "n": i} for i in range(30)))
+    response = api.get("/api/pipelines/metered/checkpoints/")
+    assert response.status_code == 404
+    assert "has no checkpoint" in response.json()["detail"]
+    body = api.get("/api/pipelines/metered/metrics/").json()
+    assert body["checkpoint"]["last_batch_id"] is None
+    assert body["lag"]["records"] == 30  # everything in the topic is still to be read
+
+
+def test_an_unreachable_cluster_is_reported_not_a_server_error(api, lagging):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens there once closed
+    response = api.patch(
+        "/api/connections/events/", {"settings": {"bootstrap_servers": [dead]}}, format="json"
+    )
+    assert response.status_code == 200, response.json()
+    response = api.get("/api/pipelines/metered/metrics/")
+    assert response.status_code == 200
+    lag = response.json()["lag"]
+    assert lag["records"] is None
+    assert lag["error"].startswith("cannot reach Kafka")
