@@ -88,6 +88,13 @@ def test_start_runs_a_driver_and_stop_ends_it_gracefully_and_it_resumes(
     # The driver reported its batches and heartbeats with its run token.
     reconcile_until("e2e", lambda: run.batches.exists(), 30, "the first progress report")
     assert sum(run.batches.values_list("num_input_rows", flat=True)) == 500
+    points = api.get("/api/pipelines/e2e/metrics/history/").json()["points"]
+    assert sum(p["input_rows"] for p in points) == 500
+    figures = api.get("/api/pipelines/e2e/metrics/").json()
+    assert (figures["lag"]["records"], figures["lag"]["status"]) == (0, "ok")
+    assert figures["checkpoint"]["source"] == "checkpoint"
+    assert figures["checkpoint"]["last_batch_id"] == max(p["batch_id"] for p in points)
+    assert figures["throughput"]["processed_rows_per_second"] > 0
     run.refresh_from_db()
     assert run.last_heartbeat_at is not None
 

@@ -121,3 +121,33 @@ def test_an_unreachable_cluster_is_reported_not_a_server_error(api, lagging):
     lag = response.json()["lag"]
     assert lag["records"] is None
     assert lag["error"].startswith("cannot reach Kafka")
+
+
+def test_prometheus_exposes_the_same_figures_as_the_api(api, anon, kafka_bootstrap, lagging):
+    topic, _config = lagging
+    produce(kafka_bootstrap, topic, ({"id": f"a{i}", "n": i} for i in range(30)))
+    assert anon.get("/metrics").status_code == 401
+    response = api.get("/metrics")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=0.0.4")
+    text = response.content.decode()
+    samples = dict(
+        line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#")
+    )
+    lag = api.get("/api/pipelines/metered/metrics/").json()["lag"]
+    assert float(samples['cp_lag_records{pipeline="metered"}']) == lag["records"] == 30
+    assert samples['cp_pipeline_status{pipeline="metered",status="stopped"}'] == "1.0"
+    assert samples['cp_pipeline_status{pipeline="metered",status="running"}'] == "0.0"
+    assert samples['cp_lag_status{pipeline="metered",status="stopped"}'] == "1.0"
+    partition = f'cp_partition_lag_records{{pipeline="metered",topic="{topic}",partition="0"}}'
+    assert samples[partition] == "10.0"
+    assert "# TYPE cp_pipeline_restarts_total counter" in text
+
+
+def test_history_returns_points_since_a_time_and_refuses_a_bad_one(api, lagging):
+    assert api.get("/api/pipelines/metered/metrics/history/").json()["points"] == []
+    response = api.get("/api/pipelines/metered/metrics/history/?since=yesterday")
+    assert response.status_code == 400
+    assert response.json() == {
+        "since": ["must be an ISO 8601 time with a UTC offset; got 'yesterday'"]
+    }

@@ -82,6 +82,36 @@ def pipeline_metrics(pipeline: Pipeline, now: datetime) -> dict:
     }
 
 
+HISTORY_POINTS = 2_000
+
+
+def history(pipeline: Pipeline, since: datetime) -> list[dict]:
+    """Per-batch figures since `since`, oldest first, for charts."""
+    rows = (
+        BatchProgress.objects.filter(run__pipeline=pipeline, reported_at__gte=since)
+        .select_related("run")
+        .order_by("reported_at")[:HISTORY_POINTS]
+    )
+    trigger = float(pipeline.spec.get("trigger", {}).get("interval_seconds", 1.0))
+    points = []
+    for p in rows:
+        sample = _sample(p) if p.end_offsets and p.latest_offsets else None
+        points.append(
+            {
+                "at": _iso(p.reported_at),
+                "run": p.run.generation,
+                "batch_id": p.batch_id,
+                "input_rows": p.num_input_rows,
+                "input_rows_per_second": p.input_rows_per_second,
+                "processed_rows_per_second": p.processed_rows_per_second,
+                "batch_duration_ms": p.batch_duration_ms,
+                "busy_ratio": (p.batch_duration_ms or 0) / (trigger * 1000) if trigger else None,
+                "lag_records": sample.lag if sample else None,
+            }
+        )
+    return points
+
+
 def _recent_progress(pipeline: Pipeline, now: datetime) -> list[BatchProgress]:
     since = now - timedelta(seconds=window_seconds(pipeline))
     rows = BatchProgress.objects.filter(run__pipeline=pipeline, reported_at__gte=since)

@@ -1,8 +1,9 @@
 from django.urls import path
 
-from . import pages
+from . import pages, prometheus
 
 urlpatterns = [
     path("", pages.home, name="home"),
     path("healthz", pages.healthz, name="healthz"),
+    path("metrics", prometheus.prometheus_metrics, name="prometheus"),
 ]

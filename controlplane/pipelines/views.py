@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -193,6 +195,25 @@ class PipelineViewSet(viewsets.ModelViewSet):
         """Live figures: checkpoint progress, Kafka lag (records, seconds, status, per
         partition), backpressure (level, busy ratio) and throughput."""
         return Response(metrics.pipeline_metrics(self.get_object(), timezone.now()))
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("since", OpenApiTypes.DATETIME, description="default: 1 h ago")
+        ],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    @action(detail=True, methods=["get"], url_path="metrics/history")
+    def metrics_history(self, request, name: str | None = None) -> Response:
+        """Per-batch figures for charts, oldest first (at most 2,000 points)."""
+        pipeline = self.get_object()
+        raw = request.query_params.get("since")
+        since = parse_datetime(raw) if raw else timezone.now() - timedelta(hours=1)
+        if since is None or since.tzinfo is None:
+            return Response(
+                {"since": [f"must be an ISO 8601 time with a UTC offset; got {raw!r}"]},
+                status=status.HTTP_400_BAD_REQUEST,
+            )
+        return Response({"since": since, "points": metrics.history(pipeline, since)})
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"])

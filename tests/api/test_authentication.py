@@ -30,6 +30,7 @@ ENDPOINTS = {
     "pipeline-runs": ({"name": "x"}, ["get"]),
     "pipeline-failures": ({"name": "x"}, ["get"]),
     "pipeline-metrics": ({"name": "x"}, ["get"]),
+    "pipeline-metrics-history": ({"name": "x"}, ["get"]),
     "pipeline-checkpoints": ({"name": "x"}, ["get"]),
     "audit-list": ({}, ["get"]),
     "audit-detail": ({"pk": 1}, ["get"]),

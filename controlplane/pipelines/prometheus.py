@@ -1,0 +1,100 @@
+"""Prometheus text exposition at /metrics: the same figures as the metrics API, per pipeline.
+
+Scraped with an API token (Prometheus: `authorization: {type: Token, credentials: cpt_...}`).
+"""
+
+from __future__ import annotations
+
+from django.http import HttpResponse
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework.decorators import api_view, renderer_classes
+from rest_framework.renderers import BaseRenderer
+
+from . import metrics
+from .models import Pipeline, ReconcilerState, Status
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+LEVELS = {"ok": 0, "low": 1, "high": 2}
+LAG_STATUSES = ("ok", "lagging", "stalled", "stopped")
+
+
+class PrometheusRenderer(BaseRenderer):
+    media_type = "text/plain"
+    format = "prometheus"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        return data if isinstance(data, bytes | str) else str(data)
+
+
+FAMILIES = [
+    ("cp_pipeline_status", "gauge", "1 for the pipeline's current status"),
+    ("cp_pipeline_restarts_total", "counter", "automatic restarts of the pipeline, ever"),
+    ("cp_pipeline_restart_attempt", "gauge", "restart attempt under the restart policy"),
+    ("cp_lag_records", "gauge", "records in Kafka not yet committed by the pipeline"),
+    ("cp_lag_seconds", "gauge", "age of the oldest record not yet processed"),
+    ("cp_lag_status", "gauge", "1 for the lag status (ok, lagging, stalled, stopped)"),
+    ("cp_partition_lag_records", "gauge", "records not yet committed, per Kafka partition"),
+    ("cp_backpressure_busy_ratio", "gauge", "batch duration / trigger interval, recent batches"),
+    ("cp_backpressure_level", "gauge", "0 ok, 1 low, 2 high"),
+    ("cp_input_rows_per_second", "gauge", "recent input rate"),
+    ("cp_processed_rows_per_second", "gauge", "recent processing rate"),
+    ("cp_last_commit_age_seconds", "gauge", "seconds since the last committed batch"),
+    ("cp_last_batch_id", "gauge", "id of the last committed batch"),
+    ("cp_reconciler_last_tick_age_seconds", "gauge", "seconds since the reconcile tick ran"),
+]
+
+
+def _label(value) -> str:
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def exposition(now) -> str:
+    samples: dict[str, list[str]] = {name: [] for name, _, _ in FAMILIES}
+
+    def add(name: str, labels: dict, value) -> None:
+        if value is None:
+            return
+        text = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
+        samples[name].append(f"{name}{{{text}}} {float(value)!r}")
+
+    for pipeline in Pipeline.objects.order_by("name"):
+        figures = metrics.pipeline_metrics(pipeline, now)
+        who = {"pipeline": pipeline.name}
+        for status in Status.values:
+            add("cp_pipeline_status", {**who, "status": status}, int(pipeline.status == status))
+        add("cp_pipeline_restarts_total", who, pipeline.restarts)
+        add("cp_pipeline_restart_attempt", who, pipeline.attempt)
+        lag = figures["lag"]
+        add("cp_lag_records", who, lag["records"])
+        add("cp_lag_seconds", who, lag["seconds"])
+        for status in LAG_STATUSES:
+            add("cp_lag_status", {**who, "status": status}, int(lag["status"] == status))
+        for p in lag["partitions"]:
+            labels = {**who, "topic": p["topic"], "partition": p["partition"]}
+            add("cp_partition_lag_records", labels, p["lag"])
+        pressure = figures["backpressure"]
+        add("cp_backpressure_busy_ratio", who, pressure["busy_ratio"])
+        add("cp_backpressure_level", who, LEVELS[pressure["level"]])
+        add("cp_input_rows_per_second", who, figures["throughput"]["input_rows_per_second"])
+        add(
+            "cp_processed_rows_per_second",
+            who,
+            figures["throughput"]["processed_rows_per_second"],
+        )
+        add("cp_last_commit_age_seconds", who, figures["checkpoint"]["age_seconds"])
+        add("cp_last_batch_id", who, figures["checkpoint"]["last_batch_id"])
+    state = ReconcilerState.objects.filter(id=1).first()
+    if state and state.last_tick_at:
+        add("cp_reconciler_last_tick_age_seconds", {}, (now - state.last_tick_at).total_seconds())
+    lines = []
+    for name, kind, help_text in FAMILIES:
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples[name]]
+    return "\n".join(lines) + "\n"
+
+
+@extend_schema(exclude=True)  # Prometheus' text format, not part of the JSON API
+@api_view(["GET"])
+@renderer_classes([PrometheusRenderer])
+def prometheus_metrics(request) -> HttpResponse:
+    return HttpResponse(exposition(timezone.now()), content_type=CONTENT_TYPE)
