@@ -17,7 +17,7 @@ import pytest
 from django.utils import timezone
 
 from controlplane.pipelines import launcher, reconciler
-from controlplane.pipelines.models import Pipeline, Run, RunState
+from controlplane.pipelines.models import BatchProgress, Pipeline, Run, RunState
 from tests.kafka_helpers import new_topic, produce
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
@@ -286,3 +286,61 @@ def test_an_idle_query_is_left_alone_and_a_stuck_one_is_restarted(
     reconcile_until(
         "stuck", lambda: Pipeline.objects.get(name="stuck").status == "stopped", 120, "stop"
     )
+
+
+def test_a_slow_sink_shows_high_backpressure_and_growing_lag(
+    api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, job_dirs
+):
+    """Every COPY into the target waits a second (a trigger on the table): batches take
+    longer than the trigger interval while records keep arriving faster than that."""
+    topic = new_topic(kafka_bootstrap)
+    table = f"slow_{topic.replace('-', '_')}"
+    with psycopg.connect(sink_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE TABLE "{table}" (id text, n integer)')
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION cp_test_slow() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN PERFORM pg_sleep(1); RETURN NULL; END $$"
+        )
+        conn.execute(
+            f'CREATE TRIGGER slow AFTER INSERT ON "{table}"'
+            " FOR EACH STATEMENT EXECUTE FUNCTION cp_test_slow()"
+        )
+    spec = {
+        "source": {
+            "connection": "events",
+            "topics": [topic],
+            "schema": "id STRING, n INT",
+            "starting_offsets": "earliest",
+            "max_records_per_batch": 60,
+        },
+        "sink": {"connection": "warehouse", "table": table},
+        "trigger": {"interval_seconds": 0.5},
+    }
+    api.post("/api/pipelines/", {"name": "slow", "spec": spec}, format="json")
+    api.post("/api/pipelines/slow/start/")
+    produced = 0
+    deadline = time.monotonic() + 150
+    figures = {}
+    while time.monotonic() < deadline:
+        produce(
+            kafka_bootstrap,
+            topic,
+            ({"id": f"r{i}", "n": i} for i in range(produced, produced + 150)),
+            start=produced,
+        )
+        produced += 150
+        reconciler.reconcile_pipeline(Pipeline.objects.get(name="slow").pk, timezone.now())
+        if (
+            BatchProgress.objects.filter(run__pipeline__name="slow", num_input_rows__gt=0).count()
+            >= 6
+        ):
+            figures = api.get("/api/pipelines/slow/metrics/").json()
+            if figures["lag"]["status"] == "lagging":
+                break
+        time.sleep(1)
+    assert figures, "no batches were reported"
+    assert figures["backpressure"]["level"] == "high", figures
+    assert figures["backpressure"]["busy_ratio"] > 1.0
+    assert figures["lag"]["status"] == "lagging", figures["lag"]
+    assert figures["lag"]["records"] > 0 and figures["lag"]["trend"] > 0
+    api.post("/api/pipelines/slow/kill/")
