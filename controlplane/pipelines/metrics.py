@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
+from django.db.models import Min
 
 from controlplane.checkpoints import Checkpoint, read_checkpoint
 from controlplane.lag import Batch, Sample, backpressure, lag_status, partition_lags
@@ -63,8 +64,11 @@ def pipeline_metrics(pipeline: Pipeline, now: datetime) -> dict:
     )
     lag.update(status.as_dict())
     source = pipeline.spec.get("source", {})
+    # A run's first batch pays for Python worker start-up and JIT warm-up: not backpressure.
+    firsts = _first_batches(recent)
+    steady = [p for p in recent if p.batch_id != firsts.get(p.run_id)]
     pressure = backpressure(
-        [Batch(p.batch_duration_ms or 0, p.num_input_rows) for p in recent[-10:]],
+        [Batch(p.batch_duration_ms or 0, p.num_input_rows) for p in steady[-10:]],
         trigger_seconds=float(pipeline.spec.get("trigger", {}).get("interval_seconds", 1.0)),
         max_records_per_batch=source.get("max_records_per_batch"),
         lag_growing=status.status == "lagging",
@@ -116,6 +120,17 @@ def _recent_progress(pipeline: Pipeline, now: datetime) -> list[BatchProgress]:
     since = now - timedelta(seconds=window_seconds(pipeline))
     rows = BatchProgress.objects.filter(run__pipeline=pipeline, reported_at__gte=since)
     return list(rows.order_by("reported_at"))
+
+
+def _first_batches(rows: list[BatchProgress]) -> dict[int, int]:
+    """The first batch each of these rows' runs reported."""
+    runs = {p.run_id for p in rows}
+    firsts = (
+        BatchProgress.objects.filter(run_id__in=runs)
+        .values("run_id")
+        .annotate(first=Min("batch_id"))
+    )
+    return {row["run_id"]: row["first"] for row in firsts}
 
 
 def _sample(progress: BatchProgress) -> Sample:
