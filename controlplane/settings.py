@@ -148,7 +148,17 @@ CELERY_BEAT_SCHEDULE = {
         # A tick that waited longer than one interval is stale: the next one supersedes it.
         "options": {"expires": CONTROLPLANE_RECONCILE_SECONDS},
     },
+    "compact-progress": {
+        "task": "controlplane.pipelines.tasks.compact_progress",
+        "schedule": 600.0,
+        "options": {"expires": 600.0},
+    },
 }
+# Batch progress is kept raw this long, then summed per hour; the hourly sums this long.
+CONTROLPLANE_PROGRESS_RAW_HOURS = env_float("CONTROLPLANE_PROGRESS_RAW_HOURS", 24.0, minimum=0.1)
+CONTROLPLANE_PROGRESS_ROLLUP_DAYS = env_float(
+    "CONTROLPLANE_PROGRESS_ROLLUP_DAYS", 90.0, minimum=1.0
+)
 
 # Timeouts for `POST /api/connections/{name}/test/`: an operator is waiting on the answer.
 CONTROLPLANE_CONNECTION_TEST_TIMEOUT = env_float(

@@ -248,3 +248,30 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.pipeline_name}"
+
+
+class ProgressRollup(models.Model):
+    """Batch progress older than the raw retention, summed per pipeline and hour, so that
+    months of history for hundreds of pipelines stay small. Sums and counts (not means), so
+    that rolling up a bucket in several passes gives the same figures."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="rollups")
+    bucket_start = models.DateTimeField()
+    bucket_seconds = models.PositiveIntegerField(default=3600)
+    batches = models.PositiveBigIntegerField(default=0)
+    input_rows = models.PositiveBigIntegerField(default=0)
+    sum_input_rows_per_second = models.FloatField(default=0.0)
+    sum_processed_rows_per_second = models.FloatField(default=0.0)
+    sum_batch_duration_ms = models.FloatField(default=0.0)
+    max_batch_duration_ms = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["pipeline", "bucket_start"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["pipeline", "bucket_start", "bucket_seconds"], name="one_rollup_per_bucket"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pipeline.name} {self.bucket_start:%Y-%m-%d %H:%M}"

@@ -1,0 +1,55 @@
+"""Progress history stays bounded: raw rows become hourly roll-ups, which expire."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from controlplane.pipelines.models import BatchProgress, Pipeline, ProgressRollup, Run
+from controlplane.pipelines.retention import compact_progress
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+def progress(run, batch_id, at, rows=100, duration=500):
+    row = BatchProgress.objects.create(
+        run=run,
+        batch_id=batch_id,
+        timestamp=at,
+        num_input_rows=rows,
+        input_rows_per_second=rows / 2,
+        processed_rows_per_second=rows,
+        batch_duration_ms=duration,
+    )
+    BatchProgress.objects.filter(pk=row.pk).update(reported_at=at)  # auto_now_add otherwise
+
+
+def test_old_progress_is_summed_per_hour_and_recent_progress_kept_raw(pipeline, settings):
+    settings.CONTROLPLANE_PROGRESS_RAW_HOURS = 24
+    settings.CONTROLPLANE_PROGRESS_ROLLUP_DAYS = 30
+    run = Run.objects.create(
+        pipeline=Pipeline.objects.get(name="orders"), generation=1, spec_version=1
+    )
+    old_hour = NOW - timedelta(hours=30)
+    progress(run, 1, old_hour + timedelta(minutes=1), rows=100, duration=400)
+    progress(run, 2, old_hour + timedelta(minutes=2), rows=300, duration=900)
+    progress(run, 3, old_hour + timedelta(hours=1, minutes=5), rows=50)
+    progress(run, 4, NOW - timedelta(hours=1), rows=7)  # recent: stays raw
+
+    assert compact_progress(NOW)["rolled_up"] == 3
+    assert list(BatchProgress.objects.values_list("batch_id", flat=True)) == [4]
+    first, second = ProgressRollup.objects.order_by("bucket_start")
+    assert (first.bucket_start, first.batches, first.input_rows) == (old_hour, 2, 400)
+    assert (first.sum_batch_duration_ms, first.max_batch_duration_ms) == (1300, 900)
+    assert (second.batches, second.input_rows) == (1, 50)
+
+    # Again: nothing is counted twice; a late row for an hour already rolled up is added.
+    progress(run, 5, old_hour + timedelta(minutes=30), rows=1)
+    assert compact_progress(NOW)["rolled_up"] == 1
+    first.refresh_from_db()
+    assert (first.batches, first.input_rows) == (3, 401)
+
+    # A month later everything has aged: batch 4 is rolled up too, and every roll-up
+    # older than its retention goes.
+    assert compact_progress(NOW + timedelta(days=31))["expired_rollups"] == 3
+    assert not BatchProgress.objects.exists()
+    assert not ProgressRollup.objects.exists()
