@@ -50,6 +50,27 @@ def reconcile_until(name, predicate, timeout, what):
     raise AssertionError(f"timed out waiting for {what}; run={run and run.__dict__}\n{log}")
 
 
+def new_pipeline(api, bootstrap: str, name: str, *, source=None, **spec) -> tuple[str, str]:
+    """A pipeline `name` from a fresh topic into a fresh table; returns (topic, table)."""
+    topic = new_topic(bootstrap)
+    table = f"{name}_{topic.replace('-', '_')}"
+    body = {
+        "source": {
+            "connection": "events",
+            "topics": [topic],
+            "schema": "id STRING, n INT",
+            "starting_offsets": "earliest",
+            **(source or {}),
+        },
+        "sink": {"connection": "warehouse", "table": table},
+        "trigger": {"interval_seconds": 1},
+        **spec,
+    }
+    response = api.post("/api/pipelines/", {"name": name, "spec": body}, format="json")
+    assert response.status_code == 201, response.json()
+    return topic, table
+
+
 def count(dsn, table):
     with psycopg.connect(dsn) as conn:
         try:
@@ -61,21 +82,7 @@ def count(dsn, table):
 def test_start_runs_a_driver_and_stop_ends_it_gracefully_and_it_resumes(
     api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, job_dirs
 ):
-    topic = new_topic(kafka_bootstrap)
-    table = f"launch_{topic.replace('-', '_')}"
-    spec = {
-        "source": {
-            "connection": "events",
-            "topics": [topic],
-            "schema": "id STRING, n INT",
-            "starting_offsets": "earliest",
-        },
-        "sink": {"connection": "warehouse", "table": table},
-        "trigger": {"interval_seconds": 1},
-    }
-    assert (
-        api.post("/api/pipelines/", {"name": "e2e", "spec": spec}, format="json").status_code == 201
-    )
+    topic, table = new_pipeline(api, kafka_bootstrap, "e2e")
     produce(kafka_bootstrap, topic, ({"id": f"a{i}", "n": i} for i in range(500)))
 
     response = api.post("/api/pipelines/e2e/start/")
@@ -121,19 +128,7 @@ def test_a_driver_killed_while_its_batch_transaction_is_open_loses_and_duplicate
 ):
     """SIGKILL the whole driver while its executors are inside their batch's transactions
     (held there by a lock on the target table), then start again: every record exactly once."""
-    topic = new_topic(kafka_bootstrap)
-    table = f"kill_{topic.replace('-', '_')}"
-    spec = {
-        "source": {
-            "connection": "events",
-            "topics": [topic],
-            "schema": "id STRING, n INT",
-            "starting_offsets": "earliest",
-        },
-        "sink": {"connection": "warehouse", "table": table},
-        "trigger": {"interval_seconds": 1},
-    }
-    api.post("/api/pipelines/", {"name": "killed", "spec": spec}, format="json")
+    topic, table = new_pipeline(api, kafka_bootstrap, "killed")
     produce(kafka_bootstrap, topic, ({"id": f"a{i}", "n": i} for i in range(300)))
     api.post("/api/pipelines/killed/start/")
     reconcile_until("killed", lambda: count(sink_dsn, table)[0] == 300, 150, "the first rows")
@@ -177,20 +172,12 @@ def test_a_driver_killed_again_and_again_under_load_comes_back_and_loses_nothing
     """kill -9 the Spark driver (the JVM) three times while records keep arriving: each time
     the supervisor reports the death, the policy restarts it, and in the end every record is
     in the sink exactly once."""
-    topic = new_topic(kafka_bootstrap)
-    table = f"again_{topic.replace('-', '_')}"
-    spec = {
-        "source": {
-            "connection": "events",
-            "topics": [topic],
-            "schema": "id STRING, n INT",
-            "starting_offsets": "earliest",
-        },
-        "sink": {"connection": "warehouse", "table": table},
-        "trigger": {"interval_seconds": 1},
-        "restart_policy": {"kind": "fixed-delay", "attempts": 5, "delay_seconds": 1},
-    }
-    api.post("/api/pipelines/", {"name": "again", "spec": spec}, format="json")
+    topic, table = new_pipeline(
+        api,
+        kafka_bootstrap,
+        "again",
+        restart_policy={"kind": "fixed-delay", "attempts": 5, "delay_seconds": 1},
+    )
     produced = 0
 
     def produce_more(n):
@@ -242,20 +229,12 @@ def test_an_idle_query_is_left_alone_and_a_stuck_one_is_restarted(
     """Spark's idle events keep a query with nothing to read from counting as stalled; a
     batch that hangs (its sink table locked) is: killed, restarted, nothing lost."""
     settings.CONTROLPLANE_STALL_SECONDS = 15
-    topic = new_topic(kafka_bootstrap)
-    table = f"stuck_{topic.replace('-', '_')}"
-    spec = {
-        "source": {
-            "connection": "events",
-            "topics": [topic],
-            "schema": "id STRING, n INT",
-            "starting_offsets": "earliest",
-        },
-        "sink": {"connection": "warehouse", "table": table},
-        "trigger": {"interval_seconds": 1},
-        "restart_policy": {"kind": "fixed-delay", "attempts": 3, "delay_seconds": 1},
-    }
-    api.post("/api/pipelines/", {"name": "stuck", "spec": spec}, format="json")
+    topic, table = new_pipeline(
+        api,
+        kafka_bootstrap,
+        "stuck",
+        restart_policy={"kind": "fixed-delay", "attempts": 3, "delay_seconds": 1},
+    )
     produce(kafka_bootstrap, topic, ({"id": f"a{i}", "n": i} for i in range(100)))
     api.post("/api/pipelines/stuck/start/")
     reconcile_until("stuck", lambda: count(sink_dsn, table)[0] == 100, 150, "the first rows")
@@ -292,27 +271,22 @@ def test_a_fast_sink_shows_ok_and_a_slow_one_high_backpressure_and_growing_lag(
     api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, job_dirs
 ):
     """Records keep arriving. First the sink keeps up easily; then every COPY into the
-    target is made to wait 6 s (a trigger on the table), longer than the trigger interval."""
-    topic = new_topic(kafka_bootstrap)
-    table = f"slow_{topic.replace('-', '_')}"
+    target is made to wait 12 s (a trigger on the table), longer than the trigger interval,
+    so the job reads fewer records than arrive."""
+    topic, table = new_pipeline(
+        api,
+        kafka_bootstrap,
+        "slow",
+        source={"max_records_per_batch": 1000},
+        trigger={"interval_seconds": 5},
+    )
     with psycopg.connect(sink_dsn, autocommit=True) as conn:
         conn.execute(f'CREATE TABLE "{table}" (id text, n integer)')
         conn.execute(
             "CREATE OR REPLACE FUNCTION cp_test_slow() RETURNS trigger LANGUAGE plpgsql AS"
-            " $$ BEGIN PERFORM pg_sleep(6); RETURN NULL; END $$"
+            " $$ BEGIN PERFORM pg_sleep(12); RETURN NULL; END $$"
         )
-    spec = {
-        "source": {
-            "connection": "events",
-            "topics": [topic],
-            "schema": "id STRING, n INT",
-            "starting_offsets": "earliest",
-            "max_records_per_batch": 400,
-        },
-        "sink": {"connection": "warehouse", "table": table},
-        "trigger": {"interval_seconds": 2},
-    }
-    api.post("/api/pipelines/", {"name": "slow", "spec": spec}, format="json")
+
     api.post("/api/pipelines/slow/start/")
     produced = 0
 
@@ -337,7 +311,7 @@ def test_a_fast_sink_shows_ok_and_a_slow_one_high_backpressure_and_growing_lag(
     def steady_batches():
         return BatchProgress.objects.filter(run__pipeline__name="slow", num_input_rows__gt=0)
 
-    fast = feed_until(lambda f: steady_batches().count() >= 5, 150, "five batches")
+    fast = feed_until(lambda f: steady_batches().count() >= 4, 150, "four batches")
     assert fast["backpressure"]["level"] == "ok", fast["backpressure"]
     assert fast["backpressure"]["busy_ratio"] < 0.5
     assert fast["lag"]["status"] == "ok", fast["lag"]
@@ -349,7 +323,7 @@ def test_a_fast_sink_shows_ok_and_a_slow_one_high_backpressure_and_growing_lag(
         )
     slow = feed_until(
         lambda f: f["lag"]["status"] == "lagging" and f["backpressure"]["level"] == "high",
-        150,
+        300,
         "high backpressure and growing lag",
     )
     assert slow["backpressure"]["busy_ratio"] > 1.0
