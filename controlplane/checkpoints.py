@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from jobs.kafka.offsets import flatten
+
 
 @dataclass(frozen=True)
 class CheckpointBatch:
@@ -58,11 +60,7 @@ class Checkpoint:
     def committed_offsets(self) -> dict[tuple[str, int], int]:
         if self.last_committed is None:
             return {}
-        return {
-            (topic, int(p)): offset
-            for topic, parts in self.last_committed.offsets.items()
-            for p, offset in parts.items()
-        }
+        return flatten(self.last_committed.offsets)
 
     def as_dict(self) -> dict:
         last = self.last_committed

@@ -78,14 +78,10 @@ def _reset_restarts(pipeline: Pipeline, now: datetime) -> dict:
     return {"restarts_since": now, "attempt": 0}
 
 
-def _kill(pipeline: Pipeline, now: datetime) -> dict:
-    return {"desired_state": DesiredState.STOPPED, "next_attempt_at": None}
-
-
 ACTIONS: dict[str, Callable[[Pipeline, datetime], dict]] = {
     "start": _start,
     "stop": _stop,
-    "kill": _kill,
+    "kill": _stop,  # the same desire; act() then kills the driver instead of waiting
     "restart": _restart,
     "suspend": _suspend,
     "resume": _resume,

@@ -20,6 +20,7 @@ from django.db.models import Min
 from controlplane.checkpoints import Checkpoint, read_checkpoint
 from controlplane.lag import Batch, Sample, backpressure, lag_status, partition_lags
 from jobs.connections import kafka_client_config
+from jobs.kafka.offsets import flatten
 
 from .models import BatchProgress, DesiredState, Pipeline, RunState
 
@@ -31,8 +32,7 @@ def checkpoint_of(pipeline: Pipeline) -> Checkpoint | None:
 
 
 def window_seconds(pipeline: Pipeline) -> float:
-    trigger = float(pipeline.spec.get("trigger", {}).get("interval_seconds", 1.0))
-    return max(60.0, 10 * trigger)
+    return max(60.0, 10 * pipeline.trigger_seconds)
 
 
 def pipeline_metrics(pipeline: Pipeline, now: datetime) -> dict:
@@ -69,7 +69,7 @@ def pipeline_metrics(pipeline: Pipeline, now: datetime) -> dict:
     steady = [p for p in recent if p.batch_id != firsts.get(p.run_id)]
     pressure = backpressure(
         [Batch(p.batch_duration_ms or 0, p.num_input_rows) for p in steady[-10:]],
-        trigger_seconds=float(pipeline.spec.get("trigger", {}).get("interval_seconds", 1.0)),
+        trigger_seconds=pipeline.trigger_seconds,
         max_records_per_batch=source.get("max_records_per_batch"),
         lag_growing=status.status == "lagging",
     )
@@ -96,7 +96,7 @@ def history(pipeline: Pipeline, since: datetime) -> list[dict]:
         .select_related("run")
         .order_by("reported_at")[:HISTORY_POINTS]
     )
-    trigger = float(pipeline.spec.get("trigger", {}).get("interval_seconds", 1.0))
+    trigger = pipeline.trigger_seconds
     points = []
     for p in rows:
         sample = _sample(p) if p.end_offsets and p.latest_offsets else None
@@ -226,14 +226,8 @@ def _kafka_lag(pipeline: Pipeline, committed: dict, now: datetime) -> dict:
 
 
 def _flat(offsets) -> dict[tuple[str, int], int]:
-    if not isinstance(offsets, dict):
-        return {}
-    return {
-        (topic, int(p)): int(o)
-        for topic, parts in offsets.items()
-        if isinstance(parts, dict) and not topic.startswith("$")
-        for p, o in parts.items()
-    }
+    """Reported offsets, flattened; a report without offsets has none."""
+    return flatten(offsets) if isinstance(offsets, dict) else {}
 
 
 def _mean(values) -> float | None:

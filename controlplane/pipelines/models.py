@@ -70,6 +70,11 @@ class Pipeline(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def trigger_seconds(self) -> float:
+        """The spec's micro-batch interval (the spec is canonical: the default is spelled out)."""
+        return float(self.spec.get("trigger", {}).get("interval_seconds", 1.0))
+
 
 class PipelineVersion(models.Model):
     """An accepted spec, kept forever: what ran when, and what to roll back to."""

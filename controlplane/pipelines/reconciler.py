@@ -210,8 +210,9 @@ def _stalled(run: Run, now: datetime) -> str | None:
     max(CONTROLPLANE_STALL_SECONDS, 10 triggers)), or None."""
     if run.started_at is None:
         return None
-    trigger = float(run.pipeline.spec.get("trigger", {}).get("interval_seconds", 1.0))
-    window = timedelta(seconds=max(settings.CONTROLPLANE_STALL_SECONDS, 10 * trigger))
+    window = timedelta(
+        seconds=max(settings.CONTROLPLANE_STALL_SECONDS, 10 * run.pipeline.trigger_seconds)
+    )
     seen = [t for t in (run.last_batch_at, run.last_idle_at) if t is not None]
     if seen:
         quiet = now - max(seen)
