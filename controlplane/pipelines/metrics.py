@@ -165,7 +165,7 @@ def _reported_checkpoint(pipeline: Pipeline, now: datetime) -> tuple[dict, dict]
 def _kafka_lag(pipeline: Pipeline, committed: dict, now: datetime) -> dict:
     from kafka import TopicPartition
 
-    from jobs.kafka.source import log_ends, metadata_consumer, record_time
+    from jobs.kafka.source import log_bounds, metadata_consumer, record_time
 
     source = pipeline.spec["source"]
     out = {"records": None, "seconds": None, "partitions": [], "error": None}
@@ -190,13 +190,7 @@ def _kafka_lag(pipeline: Pipeline, committed: dict, now: datetime) -> dict:
         ]
         if not partitions:
             return {**out, "error": "the topics have no partitions (do they exist?)"}
-        ends = log_ends(consumer, partitions)
-        earliest = {
-            (tp.topic, tp.partition): o
-            for tp, o in consumer.beginning_offsets(
-                [TopicPartition(t, p) for t, p in partitions]
-            ).items()
-        }
+        earliest, ends = log_bounds(consumer, partitions)
         lags = partition_lags(committed, ends, earliest)
         oldest = None
         for lag in lags:

@@ -147,8 +147,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ends = self._beginning(partitions) if starting == "earliest" else self._end(partitions)
             return nest(ends)
         requested = flatten(json.loads(starting))
-        earliest = self._beginning(partitions)
-        latest = self._end(partitions)
+        earliest, latest = self._bounds(partitions)
         out = {}
         for tp in partitions:
             wanted = requested.get(tp, EARLIEST)
@@ -170,8 +169,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.info("cp_kafka: new partitions %s", sorted(new))
             first = self._beginning(new)
             begin.update(first)
-        ends = self._end(partitions)
-        for loss in find_losses(start, self._beginning(partitions), ends):
+        earliest, ends = self._bounds(partitions)
+        for loss in find_losses(start, earliest, ends):
             if self.options.fail_on_data_loss:
                 raise DataLossError(
                     f"{loss}; set fail_on_data_loss to false to resume at the first record"
@@ -277,11 +276,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         return {(tp.topic, tp.partition): o for tp, o in result.items()}
 
-    def _end(self, partitions) -> dict[tuple[str, int], int]:
+    def _bounds(self, partitions) -> tuple[dict, dict]:
+        """(first offsets, confirmed log ends), from one round of requests."""
         if not partitions:
-            return {}
+            return {}, {}
         with self._lock:
-            return log_ends(self._metadata_consumer(), partitions)
+            return log_bounds(self._metadata_consumer(), partitions)
+
+    def _end(self, partitions) -> dict[tuple[str, int], int]:
+        return self._bounds(partitions)[1]
 
     def _offsets_for_time(self, partitions, ms: int) -> dict[tuple[str, int], int]:
         """Per partition, the first offset whose record is stamped at or after `ms` (the log
@@ -293,8 +296,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         from kafka import TopicPartition
 
-        first = self._beginning(partitions)
-        ends = self._end(partitions)
+        first, ends = self._bounds(partitions)
         tps = {tp: TopicPartition(*tp) for tp in partitions}
         with self._lock:
             consumer = self._metadata_consumer()
@@ -343,8 +345,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return lo
 
 
-def log_ends(consumer, partitions) -> dict[tuple[str, int], int]:
-    """Log end offsets of (topic, partition) pairs, confirmed by a fetch's high watermark.
+def log_bounds(consumer, partitions) -> tuple[dict, dict]:
+    """First offsets and log end offsets of (topic, partition) pairs, the ends confirmed by a
+    fetch's high watermark.
 
     ListOffsets(latest) can under-report on some brokers (Tansu 0.6 misses most of the last
     record batch); the high watermark a fetch returns is authoritative, so one small fetch
@@ -373,7 +376,7 @@ def log_ends(consumer, partitions) -> dict[tuple[str, int], int]:
         hw = consumer.highwater(tp)
         if hw is not None and tp not in waiting:
             out[(tp.topic, tp.partition)] = max(listed[tp], hw)
-    return out
+    return {(tp.topic, tp.partition): o for tp, o in first.items()}, out
 
 
 def metadata_consumer(client_config: dict):
