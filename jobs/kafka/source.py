@@ -31,6 +31,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -39,6 +41,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from . import arrowfetch
+from .arrowfetch import Chunk
 from .offsets import PLAN, Offsets, Range, cap, find_losses, flatten, nest, split
 
 log = logging.getLogger("jobs.kafka")
@@ -46,6 +50,16 @@ log = logging.getLogger("jobs.kafka")
 NAME = "cp_kafka"
 SCHEMA = "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP"
 ARROW_BATCH_ROWS = 20_000
+ARROW_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+    ]
+)
 EARLIEST, LATEST = -2, -1
 # How long a trigger may spend confirming log ends before trusting ListOffsets alone.
 END_OFFSET_CHECK_SECONDS = 2.0
@@ -414,13 +428,14 @@ _consumers_lock = threading.Lock()
 
 
 def _worker_consumer(client_config: dict):
-    """A consumer per client configuration, kept across batches in the reused Python worker."""
+    """A consumer per client configuration, kept across batches in the reused Python worker,
+    and whether it returns Arrow chunks (arrowfetch) rather than ConsumerRecords."""
     from kafka import KafkaConsumer
 
     key = json.dumps(client_config, sort_keys=True)
     with _consumers_lock:
-        consumer = _consumers.get(key)
-        if consumer is None:
+        entry = _consumers.get(key)
+        if entry is None:
             consumer = KafkaConsumer(
                 **client_config,
                 enable_auto_commit=False,
@@ -430,74 +445,61 @@ def _worker_consumer(client_config: dict):
                 fetch_max_bytes=64 * 1024 * 1024,
                 max_poll_records=50_000,
             )
-            _consumers[key] = consumer
-        return consumer
+            entry = _consumers[key] = (consumer, arrowfetch.install(consumer))
+        return entry
+
+
+def _arrow_batch(r: Range, chunks: list[Chunk]):
+    n = sum(len(c) for c in chunks)
+    stamps = np.concatenate([c.timestamps for c in chunks])
+    arrays = [
+        pa.concat_arrays([c.keys for c in chunks]),
+        pa.concat_arrays([c.values for c in chunks]),
+        pa.array([r.topic] * n, pa.string()),
+        pa.array(np.full(n, r.partition, np.int32)),
+        pa.array(np.concatenate([c.offsets for c in chunks])),
+        pa.array(stamps * 1000, mask=stamps < 0).cast(pa.timestamp("us", tz="UTC")),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
 def read_range(partition: KafkaRangePartition) -> Iterator:
-    import pyarrow as pa
     from kafka import TopicPartition
     from kafka.errors import OffsetOutOfRangeError
 
     r = partition.range
     tp = TopicPartition(r.topic, r.partition)
-    consumer = _worker_consumer(partition.client_config)
+    consumer, chunked = _worker_consumer(partition.client_config)
     consumer.assign([tp])
     consumer.seek(tp, r.start)
-    schema = pa.schema(
-        [
-            ("key", pa.binary()),
-            ("value", pa.binary()),
-            ("topic", pa.string()),
-            ("partition", pa.int32()),
-            ("offset", pa.int64()),
-            ("timestamp", pa.timestamp("us", tz="UTC")),
-        ]
-    )
-    keys: list = []
-    values: list = []
-    offsets: list = []
-    stamps: list = []
-
-    def batch():
-        n = len(offsets)
-        arrays = [
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array([r.topic] * n, pa.string()),
-            pa.array([r.partition] * n, pa.int32()),
-            pa.array(offsets, pa.int64()),
-            pa.array(stamps, pa.timestamp("us", tz="UTC")),
-        ]
-        keys.clear(), values.clear(), offsets.clear(), stamps.clear()
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
+    pending: list[Chunk] = []
+    rows = 0
     expected = r.start
     deadline = time.monotonic() + partition.poll_timeout_ms / 1000
     while expected < r.end:
         try:
-            records = consumer.poll(timeout_ms=200, max_records=50_000).get(tp, [])
+            polled = consumer.poll(timeout_ms=200, max_records=50_000).get(tp, [])
         except OffsetOutOfRangeError:
-            records = []
+            polled = []
             expected = _skip_lost(consumer, tp, expected, r, partition.fail_on_data_loss)
             consumer.seek(tp, expected)
             continue
-        for record in records:
-            if record.offset >= r.end:
+        chunks = polled if chunked or not polled else [Chunk.from_records(polled)]
+        for chunk in chunks:
+            lo, hi = np.searchsorted(chunk.offsets, [expected, r.end])
+            if hi > lo:
+                pending.append(chunk.slice(int(lo), int(hi)))
+                rows += int(hi - lo)
+                expected = int(chunk.offsets[hi - 1]) + 1
+            if hi < len(chunk):
                 break
-            if record.offset < expected:
-                continue
-            keys.append(record.key)
-            values.append(record.value)
-            offsets.append(record.offset)
-            stamps.append(record.timestamp * 1000 if record.timestamp is not None else None)
-            expected = record.offset + 1
         # Control records (transaction markers) and compaction leave gaps: the position, not
         # the last record, says how far the log has been read.
         expected = max(expected, min(consumer.position(tp), r.end))
-        if len(offsets) >= ARROW_BATCH_ROWS:
-            yield batch()
-        if records:
+        if rows >= ARROW_BATCH_ROWS:
+            yield _arrow_batch(r, pending)
+            pending, rows = [], 0
+        if polled:
             deadline = time.monotonic() + partition.poll_timeout_ms / 1000
         elif time.monotonic() > deadline:
             end = consumer.end_offsets([tp])[tp]
@@ -514,8 +516,8 @@ def read_range(partition: KafkaRangePartition) -> Iterator:
                 f"{r.topic}-{r.partition}: no records for {partition.poll_timeout_ms} ms "
                 f"at offset {expected} (< {r.end})"
             )
-    if offsets:
-        yield batch()
+    if pending:
+        yield _arrow_batch(r, pending)
 
 
 def _skip_lost(consumer, tp, expected: int, r: Range, fail: bool) -> int:

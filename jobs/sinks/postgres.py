@@ -380,8 +380,9 @@ class PostgresSink:
 
 
 class _CopyStream:
-    """COPY ... FROM STDIN of Arrow tables or record batches, as CSV, chunk by chunk: the
-    server parses one chunk while the caller produces the next. Opened on the first rows."""
+    """COPY ... FROM STDIN of Arrow tables or record batches, chunk by chunk: the server
+    parses one chunk while the caller produces the next. Opened on the first rows. Binary
+    COPY (jobs.sinks.pgbinary) where every column's type allows, CSV otherwise."""
 
     def __init__(self, conn: psycopg.Connection, target: sql.Composable):
         self.conn = conn
@@ -389,29 +390,52 @@ class _CopyStream:
         self._cursor = None
         self._context = None
         self._copy = None
+        self._encode = None
+        self.format = None
 
     def __enter__(self) -> _CopyStream:
         return self
 
+    def _open(self, schema) -> None:
+        from . import pgbinary
+
+        columns = sql.SQL(", ").join(map(sql.Identifier, schema.names))
+        self._cursor = self.conn.cursor()
+        self._cursor.execute(sql.SQL("SELECT {} FROM {} LIMIT 0").format(columns, self.target))
+        self._encode = pgbinary.encoder(schema, [c.type_code for c in self._cursor.description])
+        self.format = "binary" if self._encode else "csv"
+        statement = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT {})").format(
+            self.target, columns, sql.SQL(self.format)
+        )
+        self._context = self._cursor.copy(statement)
+        self._copy = self._context.__enter__()
+        if self._encode:
+            self._copy.write(pgbinary.HEADER)
+
     def write(self, chunk) -> None:
+        import pyarrow as pa
         import pyarrow.csv as pacsv
 
         if not chunk.num_rows:
             return
         if self._copy is None:
-            statement = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv)").format(
-                self.target, sql.SQL(", ").join(map(sql.Identifier, chunk.schema.names))
-            )
-            self._cursor = self.conn.cursor()
-            self._context = self._cursor.copy(statement)
-            self._copy = self._context.__enter__()
-        buffer = io.BytesIO()
-        pacsv.write_csv(chunk, buffer, pacsv.WriteOptions(include_header=False))
-        self._copy.write(buffer.getbuffer())
+            self._open(chunk.schema)
+        if self._encode is None:
+            buffer = io.BytesIO()
+            pacsv.write_csv(chunk, buffer, pacsv.WriteOptions(include_header=False))
+            self._copy.write(buffer.getbuffer())
+            return
+        for batch in chunk.to_batches() if isinstance(chunk, pa.Table) else [chunk]:
+            if batch.num_rows:
+                self._copy.write(self._encode(batch))
 
     def __exit__(self, *exc) -> None:
         if self._context is not None:
             try:
+                if self._encode is not None and exc[0] is None:
+                    from .pgbinary import TRAILER
+
+                    self._copy.write(TRAILER)
                 self._context.__exit__(*exc)
             finally:
                 self._cursor.close()
