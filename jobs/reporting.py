@@ -9,6 +9,7 @@ can ask the job to stop gracefully (the operator pressed stop, or this run is st
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import logging
 import threading
@@ -20,6 +21,7 @@ import requests
 log = logging.getLogger("jobs.reporting")
 
 QUEUE_LIMIT = 200
+BATCH_LIMIT = 100  # progress reports per request (the control plane takes at most 100)
 TIMEOUT_SECONDS = (2.0, 5.0)  # connect, read
 
 
@@ -74,9 +76,12 @@ class Reporter:
         next_heartbeat = 0.0
         while True:
             while self.queue:
-                kind, body = self.queue[0]
+                kind, body, entries = self._next()
                 if self._send(kind, body):
-                    self.queue.popleft()
+                    # Only what was sent: a full queue may have dropped some of it meanwhile.
+                    sent = {id(e) for e in entries}
+                    while self.queue and id(self.queue[0]) in sent:
+                        self.queue.popleft()
                 elif self._closed.is_set():
                     return
                 else:
@@ -89,7 +94,22 @@ class Reporter:
             self._wake.wait(min(self.heartbeat_seconds, 1.0))
             self._wake.clear()
 
-    def _send(self, kind: str, body: dict) -> bool:
+    def _next(self) -> tuple[str, dict | list, list[tuple]]:
+        """The next request: a heartbeat, or the queued progress reports up to the next
+        heartbeat (at most BATCH_LIMIT) in one request; and the queue entries it holds."""
+        head = self.queue[0]
+        if head[0] != "progress":
+            return head[0], head[1], [head]
+        entries = []
+        for entry in itertools.islice(self.queue.copy(), BATCH_LIMIT):
+            if entry[0] != "progress":
+                break
+            entries.append(entry)
+        if len(entries) == 1:
+            return "progress", head[1], entries
+        return "progress", [body for _, body in entries], entries
+
+    def _send(self, kind: str, body: dict | list) -> bool:
         try:
             response = self.session.post(f"{self.url}/{kind}/", json=body, timeout=TIMEOUT_SECONDS)
         except requests.RequestException as exc:

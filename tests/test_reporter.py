@@ -39,6 +39,35 @@ def test_progress_and_heartbeats_reach_the_control_plane(live_server, pipeline):
         reporter.close()
 
 
+def test_a_backlog_is_sent_in_batched_requests_once_the_control_plane_is_back(
+    live_server, pipeline
+):
+    row = Pipeline.objects.get(name="orders")
+    Pipeline.objects.filter(pk=row.pk).update(generation=1, desired_state="running")
+    run = Run.objects.create(
+        pipeline=row, generation=1, spec_version=1, state="running", token_digest=digest("t")
+    )
+    reporter = Reporter(live_server.url, run.pk, "t", heartbeat_seconds=60)
+    requests_made: list[int] = []
+    send = reporter._send
+
+    def counting(kind, body):
+        requests_made.append(len(body) if isinstance(body, list) else 1)
+        return send(kind, body)
+
+    reporter._send = counting
+    # Queued while the reporter thread was not yet running, as during an outage.
+    for i in range(150):
+        reporter.progress({**PROGRESS, "batchId": i})
+    reporter.start()
+    try:
+        assert wait_for(lambda: run.batches.count() == 150)
+        progress_requests = [n for n in requests_made if n > 1]
+        assert progress_requests == [100, 50], requests_made
+    finally:
+        reporter.close()
+
+
 def test_a_hung_control_plane_never_blocks_the_job():
     # A control plane that accepts connections and never answers: each send would wait for
     # the read timeout (5 s) if the job's thread made it.

@@ -218,6 +218,11 @@ class BatchProgress(models.Model):
     durations_ms = models.JSONField(default=dict)
     end_offsets = models.JSONField(null=True)
     latest_offsets = models.JSONField(null=True)
+    state_rows = models.BigIntegerField(
+        null=True, help_text="Rows held by stateful operators (sum over them); null: none."
+    )
+    state_memory_bytes = models.BigIntegerField(null=True)
+    watermark = models.DateTimeField(null=True, help_text="The event-time watermark, if any.")
 
     class Meta:
         ordering = ["-run", "-batch_id"]

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, status
@@ -107,41 +108,79 @@ class ProgressSerializer(serializers.Serializer):
     batchDuration = serializers.IntegerField(required=False, allow_null=True)
     durationMs = serializers.DictField(child=serializers.IntegerField(), required=False)
     sources = serializers.ListField(child=serializers.DictField(), required=False)
+    stateOperators = serializers.ListField(child=serializers.DictField(), required=False)
+    eventTime = serializers.DictField(required=False)
+
+
+# A driver that was cut off from the control plane sends what it queued in requests of at
+# most this many batches (jobs.reporting.BATCH_LIMIT).
+MAX_PROGRESS_PER_REQUEST = 100
 
 
 class RunProgress(RunReportView):
-    """One StreamingQueryProgress, as Spark's listener produced it (camelCase, unchanged)."""
+    """Batch progress as Spark's listener produced it (camelCase, unchanged): one
+    StreamingQueryProgress, or a list of up to 100 of them (what a driver queued)."""
 
-    @extend_schema(request=ProgressSerializer, responses={200: HeartbeatReply})
+    @extend_schema(request=ProgressSerializer(many=True), responses={200: HeartbeatReply})
     def post(self, request, run_id: int) -> Response:
         run: Run = request.auth
         if not _current(run):
             return Response(STALE, status=status.HTTP_409_CONFLICT)
-        data = ProgressSerializer(data=request.data)
+        many = isinstance(request.data, list)
+        if many and not 0 < len(request.data) <= MAX_PROGRESS_PER_REQUEST:
+            raise serializers.ValidationError(
+                {"non_field_errors": [f"send 1 to {MAX_PROGRESS_PER_REQUEST} reports at a time"]}
+            )
+        data = ProgressSerializer(data=request.data, many=many)
         data.is_valid(raise_exception=True)
-        p = data.validated_data
-        source = (p.get("sources") or [{}])[0]
+        reports = data.validated_data if many else [data.validated_data]
+        # A retried request repeats batches already recorded: those are ignored.
+        BatchProgress.objects.bulk_create(
+            [_progress_row(run, p) for p in reports], ignore_conflicts=True
+        )
         now = timezone.now()
-        try:
-            with transaction.atomic():
-                BatchProgress.objects.create(
-                    run=run,
-                    batch_id=p["batchId"],
-                    timestamp=p["timestamp"],
-                    num_input_rows=p["numInputRows"],
-                    input_rows_per_second=p.get("inputRowsPerSecond"),
-                    processed_rows_per_second=p.get("processedRowsPerSecond"),
-                    batch_duration_ms=p.get("batchDuration"),
-                    durations_ms=p.get("durationMs", {}),
-                    end_offsets=_offsets(source.get("endOffset")),
-                    latest_offsets=_offsets(source.get("latestOffset")),
-                )
-        except IntegrityError:
-            pass  # the same batch reported twice (a retried request): already recorded
         Run.objects.filter(pk=run.pk).update(
-            last_heartbeat_at=now, last_batch_id=p["batchId"], last_batch_at=now
+            last_heartbeat_at=now,
+            last_batch_id=max(p["batchId"] for p in reports),
+            last_batch_at=now,
         )
         return Response(_answer(run))
+
+
+def _progress_row(run: Run, p: dict) -> BatchProgress:
+    source = (p.get("sources") or [{}])[0]
+    operators = p.get("stateOperators") or []
+    return BatchProgress(
+        run=run,
+        batch_id=p["batchId"],
+        timestamp=p["timestamp"],
+        num_input_rows=p["numInputRows"],
+        input_rows_per_second=p.get("inputRowsPerSecond"),
+        processed_rows_per_second=p.get("processedRowsPerSecond"),
+        batch_duration_ms=p.get("batchDuration"),
+        durations_ms=p.get("durationMs", {}),
+        end_offsets=_offsets(source.get("endOffset")),
+        latest_offsets=_offsets(source.get("latestOffset")),
+        state_rows=_total(operators, "numRowsTotal"),
+        state_memory_bytes=_total(operators, "memoryUsedBytes"),
+        watermark=_watermark(p.get("eventTime") or {}),
+    )
+
+
+def _total(operators: list[dict], key: str) -> int | None:
+    values = [o[key] for o in operators if isinstance(o.get(key), int)]
+    return sum(values) if values else None
+
+
+def _watermark(event_time: dict):
+    """Spark reports the watermark as ISO text; the epoch (no watermark yet) is left out."""
+    try:
+        value = parse_datetime(str(event_time.get("watermark") or ""))
+    except ValueError:
+        return None
+    if value is None or value.timestamp() <= 0:
+        return None
+    return value
 
 
 class ExitSerializer(serializers.Serializer):

@@ -103,3 +103,56 @@ def test_bad_progress_gets_field_errors(running):
     )
     assert response.status_code == 400
     assert {"batchId", "timestamp"} <= set(response.json())
+
+
+def test_a_list_of_progress_reports_is_stored_in_one_request(running):
+    reports = [{**PROGRESS, "batchId": i} for i in range(3, 53)]
+    response = driver("tok-1").post(
+        f"/api/runs/{running.pk}/progress/", reports[:30], format="json"
+    )
+    assert response.status_code == 200
+    # A retry that overlaps what was recorded adds only the new batches.
+    response = driver("tok-1").post(
+        f"/api/runs/{running.pk}/progress/", reports[20:], format="json"
+    )
+    assert response.status_code == 200
+    assert sorted(running.batches.values_list("batch_id", flat=True)) == list(range(3, 53))
+    running.refresh_from_db()
+    assert running.last_batch_id == 52
+
+
+def test_progress_lists_are_bounded_and_validated_item_by_item(running):
+    client = driver("tok-1")
+    url = f"/api/runs/{running.pk}/progress/"
+    too_many = [{**PROGRESS, "batchId": i} for i in range(101)]
+    response = client.post(url, too_many, format="json")
+    assert response.status_code == 400
+    assert "100" in str(response.json())
+    assert client.post(url, [], format="json").status_code == 400
+    response = client.post(url, [PROGRESS, {"batchId": -1}], format="json")
+    assert response.status_code == 400
+    assert set(response.json()) == {"1.batchId", "1.timestamp"}  # the item and its fields
+    assert not running.batches.exists()  # nothing of a refused request is kept
+
+
+def test_state_operators_and_the_watermark_are_kept(running):
+    report = {
+        **PROGRESS,
+        "stateOperators": [
+            {"operatorName": "stateStoreSave", "numRowsTotal": 1500, "memoryUsedBytes": 40_000},
+            {"operatorName": "dedupe", "numRowsTotal": 500, "memoryUsedBytes": 2_000},
+        ],
+        "eventTime": {"watermark": "2026-11-21T09:59:30.000Z", "max": "2026-11-21T10:00:00.000Z"},
+    }
+    without = {**PROGRESS, "batchId": 4, "eventTime": {"watermark": "1970-01-01T00:00:00.000Z"}}
+    client = driver("tok-1")
+    assert (
+        client.post(f"/api/runs/{running.pk}/progress/", report, format="json").status_code == 200
+    )
+    assert (
+        client.post(f"/api/runs/{running.pk}/progress/", without, format="json").status_code == 200
+    )
+    first, second = running.batches.order_by("batch_id")
+    assert (first.state_rows, first.state_memory_bytes) == (2000, 42_000)
+    assert first.watermark.isoformat() == "2026-11-21T09:59:30+00:00"
+    assert (second.state_rows, second.state_memory_bytes, second.watermark) == (None, None, None)
