@@ -89,6 +89,10 @@ def test_lag_is_exact_while_stopped_and_nothing_once_caught_up(
     assert page["committed_offsets"] == checkpoint["committed_offsets"]
     assert page["in_flight"] == []
     assert page["history"][0]["batch_id"] == page["last_batch_id"]
+    assert page["source"] == "checkpoint"
+    # No stateful operator in this pipeline: the state figures are there, and empty.
+    assert page["state"] == {"state_rows": None, "state_memory_bytes": None, "watermark": None}
+    assert page["history"][0]["state_rows"] is None
 
     drain(spark, config)
     lag = api.get("/api/pipelines/metered/metrics/").json()["lag"]

@@ -86,6 +86,69 @@ def pipeline_metrics(pipeline: Pipeline, now: datetime) -> dict:
     }
 
 
+def checkpoint_page(pipeline: Pipeline) -> dict | None:
+    """The checkpoint as it is on disk where the control plane can read it, else as the
+    drivers reported it; with the stateful operators' rows and memory and the watermark
+    from progress reports. None if there is neither."""
+    checkpoint = checkpoint_of(pipeline)
+    reported = {
+        p.batch_id: p
+        for p in BatchProgress.objects.filter(run__pipeline=pipeline)
+        .select_related("run")
+        .order_by("-reported_at")[:CHECKPOINT_HISTORY]
+    }
+    if checkpoint is not None:
+        page = {"source": "checkpoint", **checkpoint.as_dict()}
+        for batch in page["history"]:
+            progress = reported.get(batch["batch_id"])
+            batch.update(_state(progress) if progress else _state(None))
+    elif reported:
+        newest = max(reported.values(), key=lambda p: p.reported_at)
+        page = {
+            "source": "progress",
+            "path": None,
+            "query_id": None,
+            "last_batch_id": newest.batch_id,
+            "last_commit_at": _iso(newest.reported_at),
+            "committed_offsets": newest.end_offsets or {},
+            "in_flight": [],
+            "size_bytes": None,
+            "state_size_bytes": None,
+            "history": [
+                {
+                    "batch_id": p.batch_id,
+                    "planned_at": _iso(p.timestamp),
+                    "committed_at": _iso(p.reported_at),
+                    "wal_to_commit_ms": (p.durations_ms or {}).get("walCommit"),
+                    "offsets": p.end_offsets or {},
+                    "watermark_ms": None,
+                    **_state(p),
+                }
+                for p in sorted(reported.values(), key=lambda p: p.reported_at, reverse=True)
+            ],
+        }
+    else:
+        return None
+    latest = next(
+        (p for p in sorted(reported.values(), key=lambda p: p.reported_at, reverse=True)), None
+    )
+    page["state"] = _state(latest)
+    return page
+
+
+CHECKPOINT_HISTORY = 20
+
+
+def _state(progress: BatchProgress | None) -> dict:
+    if progress is None:
+        return {"state_rows": None, "state_memory_bytes": None, "watermark": None}
+    return {
+        "state_rows": progress.state_rows,
+        "state_memory_bytes": progress.state_memory_bytes,
+        "watermark": _iso(progress.watermark),
+    }
+
+
 HISTORY_POINTS = 2_000
 
 

@@ -218,19 +218,21 @@ class PipelineViewSet(viewsets.ModelViewSet):
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"])
     def checkpoints(self, request, name: str | None = None) -> Response:
-        """The checkpoint as it is on disk: last committed batch, its offsets, batches in
-        flight, size, and the recent batches (WAL entry to commit times)."""
+        """The checkpoint: last committed batch, its offsets, batches in flight, size, the
+        recent batches (WAL entry to commit times) and the state operators' rows, memory and
+        watermark. Read from disk where the control plane can (`"source": "checkpoint"`),
+        else from the drivers' progress reports (`"source": "progress"`)."""
         pipeline = self.get_object()
-        checkpoint = metrics.checkpoint_of(pipeline)
-        if checkpoint is None:
+        page = metrics.checkpoint_page(pipeline)
+        if page is None:
             return Response(
                 {
                     "detail": f"pipeline {pipeline.name!r} has no checkpoint the control plane"
-                    " can read (never started, or kept on another host)"
+                    " can read and no progress reports (never started?)"
                 },
                 status=status.HTTP_404_NOT_FOUND,
             )
-        return Response(checkpoint.as_dict())
+        return Response(page)
 
     @extend_schema(responses=PipelineVersionSerializer(many=True))
     @action(detail=True, methods=["get"], serializer_class=PipelineVersionSerializer)
