@@ -53,3 +53,39 @@ def test_old_progress_is_summed_per_hour_and_recent_progress_kept_raw(pipeline, 
     assert compact_progress(NOW + timedelta(days=31))["expired_rollups"] == 3
     assert not BatchProgress.objects.exists()
     assert not ProgressRollup.objects.exists()
+
+
+def test_history_shows_hourly_roll_ups_before_the_raw_batches(api, pipeline, settings):
+    settings.CONTROLPLANE_PROGRESS_RAW_HOURS = 24
+    settings.CONTROLPLANE_PROGRESS_ROLLUP_DAYS = 30
+    now = datetime.now(UTC).replace(minute=30, second=0, microsecond=0)
+    run = Run.objects.create(
+        pipeline=Pipeline.objects.get(name="orders"), generation=1, spec_version=1
+    )
+    old_hour = (now - timedelta(hours=30)).replace(minute=0)
+    progress(run, 1, old_hour + timedelta(minutes=1), rows=100, duration=400)
+    progress(run, 2, old_hour + timedelta(minutes=2), rows=300, duration=900)
+    progress(run, 3, now - timedelta(hours=40), rows=5)  # before `since` below
+    progress(run, 4, now - timedelta(hours=1), rows=7)
+    progress(run, 5, now - timedelta(minutes=1), rows=9)
+    compact_progress(now)
+
+    since = (now - timedelta(hours=31)).isoformat()
+    response = api.get("/api/pipelines/orders/metrics/history/", {"since": since})
+    assert response.status_code == 200
+    points = response.json()["points"]
+    assert [(p["resolution"], p["batch_id"], p["input_rows"]) for p in points] == [
+        ("hour", None, 400),
+        ("batch", 4, 7),
+        ("batch", 5, 9),
+    ]
+    hour = points[0]
+    assert hour["at"].startswith(old_hour.strftime("%Y-%m-%dT%H:00:00"))
+    assert (hour["batches"], hour["batch_duration_ms"], hour["max_batch_duration_ms"]) == (
+        2,
+        650,
+        900,
+    )
+    assert hour["input_rows_per_second"] == 100  # the mean of 50 and 150
+    trigger = Pipeline.objects.get(name="orders").trigger_seconds
+    assert hour["busy_ratio"] == 650 / (trigger * 1000)

@@ -22,7 +22,7 @@ from controlplane.lag import Batch, Sample, backpressure, lag_status, partition_
 from jobs.connections import kafka_client_config
 from jobs.kafka.offsets import flatten
 
-from .models import BatchProgress, DesiredState, Pipeline, RunState
+from .models import BatchProgress, DesiredState, Pipeline, ProgressRollup, RunState
 
 log = logging.getLogger("controlplane.metrics")
 
@@ -153,30 +153,64 @@ HISTORY_POINTS = 2_000
 
 
 def history(pipeline: Pipeline, since: datetime) -> list[dict]:
-    """Per-batch figures since `since`, oldest first, for charts."""
-    rows = (
+    """Figures since `since`, oldest first, for charts: one point per batch where raw
+    progress is kept (`"resolution": "batch"`, the newest HISTORY_POINTS), and before that
+    one per hourly roll-up (`"resolution": "hour"`: means over the hour's batches, the
+    longest batch, the rows)."""
+    raw = list(
         BatchProgress.objects.filter(run__pipeline=pipeline, reported_at__gte=since)
         .select_related("run")
-        .order_by("reported_at")[:HISTORY_POINTS]
+        .order_by("-reported_at")[:HISTORY_POINTS]
     )
-    trigger = pipeline.trigger_seconds
-    points = []
-    for p in rows:
+    raw.reverse()
+    raw_from = raw[0].reported_at if raw else None
+    rollups = ProgressRollup.objects.filter(
+        pipeline=pipeline, bucket_start__gt=since - timedelta(seconds=3600)
+    )
+    if raw_from is not None:
+        rollups = rollups.filter(bucket_start__lt=raw_from)
+    trigger_ms = pipeline.trigger_seconds * 1000
+    points = [_rollup_point(r, trigger_ms) for r in rollups.order_by("bucket_start")]
+    for p in raw:
         sample = _sample(p) if p.end_offsets and p.latest_offsets else None
         points.append(
             {
                 "at": _iso(p.reported_at),
+                "resolution": "batch",
                 "run": p.run.generation,
                 "batch_id": p.batch_id,
+                "batches": 1,
                 "input_rows": p.num_input_rows,
                 "input_rows_per_second": p.input_rows_per_second,
                 "processed_rows_per_second": p.processed_rows_per_second,
                 "batch_duration_ms": p.batch_duration_ms,
-                "busy_ratio": (p.batch_duration_ms or 0) / (trigger * 1000) if trigger else None,
+                "max_batch_duration_ms": p.batch_duration_ms,
+                "busy_ratio": (p.batch_duration_ms or 0) / trigger_ms if trigger_ms else None,
                 "lag_records": sample.lag if sample else None,
+                "state_rows": p.state_rows,
             }
         )
     return points
+
+
+def _rollup_point(r: ProgressRollup, trigger_ms: float) -> dict:
+    n = r.batches or 1
+    duration = r.sum_batch_duration_ms / n
+    return {
+        "at": _iso(r.bucket_start),
+        "resolution": "hour",
+        "run": None,
+        "batch_id": None,
+        "batches": r.batches,
+        "input_rows": r.input_rows,
+        "input_rows_per_second": r.sum_input_rows_per_second / n,
+        "processed_rows_per_second": r.sum_processed_rows_per_second / n,
+        "batch_duration_ms": duration,
+        "max_batch_duration_ms": r.max_batch_duration_ms,
+        "busy_ratio": duration / trigger_ms if trigger_ms else None,
+        "lag_records": None,
+        "state_rows": None,
+    }
 
 
 def _recent_progress(pipeline: Pipeline, now: datetime) -> list[BatchProgress]:

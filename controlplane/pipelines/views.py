@@ -204,7 +204,8 @@ class PipelineViewSet(viewsets.ModelViewSet):
     )
     @action(detail=True, methods=["get"], url_path="metrics/history")
     def metrics_history(self, request, name: str | None = None) -> Response:
-        """Per-batch figures for charts, oldest first (at most 2,000 points)."""
+        """Figures for charts, oldest first: per batch for the last 2,000 batches still
+        kept raw, per hour (roll-ups) before that."""
         pipeline = self.get_object()
         raw = request.query_params.get("since")
         since = parse_datetime(raw) if raw else timezone.now() - timedelta(hours=1)
