@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from jobs.pipeline import RunConfig, start_query
 from jobs.spec import parse_spec
@@ -155,3 +156,40 @@ def test_history_returns_points_since_a_time_and_refuses_a_bad_one(api, lagging)
     assert response.json() == {
         "since": ["must be an ISO 8601 time with a UTC offset; got 'yesterday'"]
     }
+
+
+def test_a_scrape_asks_kafka_once_per_topic_and_reuses_its_connections(
+    api, kafka_bootstrap, lagging, monkeypatch
+):
+    from controlplane.pipelines import kafka_lookups, metrics
+    from controlplane.pipelines.models import Pipeline
+
+    topic, _config = lagging
+    produce(kafka_bootstrap, topic, ({"id": f"a{i}", "n": i} for i in range(12)))
+    spec = api.get("/api/pipelines/metered/").json()["spec"]
+    for name in ("twin-a", "twin-b"):  # three pipelines reading one topic
+        response = api.post("/api/pipelines/", {"name": name, "spec": spec}, format="json")
+        assert response.status_code == 201, response.json()
+    opened = []
+    monkeypatch.setattr(
+        kafka_lookups,
+        "metadata_consumer",
+        lambda config: opened.append(1) or kafka_lookups_original(config),
+    )
+    kafka_lookups.close_all()
+
+    lookups = kafka_lookups.KafkaLookups()
+    now = timezone.now()
+    figures = [metrics.pipeline_metrics(p, now, lookups) for p in Pipeline.objects.all()]
+    assert [f["lag"]["records"] for f in figures] == [12, 12, 12]
+    assert lookups.broker_lookups == 1
+    assert len(opened) == 1  # one consumer, pooled between pipelines
+    for _ in range(3):
+        assert api.get("/metrics").status_code == 200
+    assert len(opened) == 1  # and between requests
+
+
+def kafka_lookups_original(config):
+    from jobs.kafka.source import metadata_consumer
+
+    return metadata_consumer(config)

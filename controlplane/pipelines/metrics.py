@@ -22,6 +22,8 @@ from controlplane.lag import Batch, Sample, backpressure, lag_status, partition_
 from jobs.connections import kafka_client_config
 from jobs.kafka.offsets import flatten
 
+from . import kafka_lookups
+from .kafka_lookups import KafkaLookups
 from .models import BatchProgress, DesiredState, Pipeline, ProgressRollup, RunState
 
 log = logging.getLogger("controlplane.metrics")
@@ -35,7 +37,9 @@ def window_seconds(pipeline: Pipeline) -> float:
     return max(60.0, 10 * pipeline.trigger_seconds)
 
 
-def pipeline_metrics(pipeline: Pipeline, now: datetime) -> dict:
+def pipeline_metrics(
+    pipeline: Pipeline, now: datetime, lookups: KafkaLookups | None = None
+) -> dict:
     checkpoint = checkpoint_of(pipeline)
     recent = _recent_progress(pipeline, now)
     if checkpoint is not None and checkpoint.last_committed is not None:
@@ -55,7 +59,7 @@ def pipeline_metrics(pipeline: Pipeline, now: datetime) -> dict:
         pipeline.desired_state == DesiredState.RUNNING
         and pipeline.runs.filter(state=RunState.RUNNING).exists()
     )
-    lag = _kafka_lag(pipeline, committed, now)
+    lag = _kafka_lag(pipeline, committed, now, lookups)
     status = lag_status(
         [_sample(p) for p in recent if p.end_offsets and p.latest_offsets],
         running=running,
@@ -259,26 +263,29 @@ def _reported_checkpoint(pipeline: Pipeline, now: datetime) -> tuple[dict, dict]
     }
 
 
-def _kafka_lag(pipeline: Pipeline, committed: dict, now: datetime) -> dict:
+def _kafka_lag(
+    pipeline: Pipeline, committed: dict, now: datetime, lookups: KafkaLookups | None = None
+) -> dict:
     from kafka import TopicPartition
 
-    from jobs.kafka.source import log_bounds, metadata_consumer, record_time
-
+    lookups = lookups or KafkaLookups()
     source = pipeline.spec["source"]
     out = {"records": None, "seconds": None, "partitions": [], "error": None}
     try:
         connection = pipeline.connections.get(name=source["connection"])
-        consumer = metadata_consumer(
-            {
-                **kafka_client_config(connection.settings, connection.get_secrets()),
-                # An API answer must not hang on a dead cluster.
-                "bootstrap_timeout_ms": 3_000,
-                "request_timeout_ms": 5_000,
-            }
-        )
+        config = {
+            **kafka_client_config(connection.settings, connection.get_secrets()),
+            # An API answer must not hang on a dead cluster.
+            "bootstrap_timeout_ms": 3_000,
+            "request_timeout_ms": 5_000,
+            # Pooled consumers: see added partitions within seconds, not minutes.
+            "metadata_max_age_ms": 10_000,
+        }
+        consumer = kafka_lookups.acquire(config)
     except Exception as exc:  # an unreachable cluster is a figure we cannot give, not a 500
         log.warning("pipeline %s: no Kafka lag: %s", pipeline.name, exc)
         return {**out, "error": f"cannot reach Kafka: {exc}"}
+    healthy = False
     try:
         partitions = [
             (topic, p)
@@ -286,8 +293,9 @@ def _kafka_lag(pipeline: Pipeline, committed: dict, now: datetime) -> dict:
             for p in sorted(consumer.partitions_for_topic(topic) or ())
         ]
         if not partitions:
+            healthy = True
             return {**out, "error": "the topics have no partitions (do they exist?)"}
-        earliest, ends = log_bounds(consumer, partitions)
+        earliest, ends = lookups.bounds(config, consumer, partitions)
         lags = partition_lags(committed, ends, earliest)
         oldest = None
         for lag in lags:
@@ -295,14 +303,15 @@ def _kafka_lag(pipeline: Pipeline, committed: dict, now: datetime) -> dict:
                 position = lag.committed
                 if position is None:
                     position = earliest[(lag.topic, lag.partition)]
-                found = record_time(
-                    consumer, TopicPartition(lag.topic, lag.partition), position, lag.end
+                found = lookups.record_time(
+                    config, consumer, TopicPartition(lag.topic, lag.partition), position, lag.end
                 )
                 if found is not None and (oldest is None or found[1] < oldest):
                     oldest = found[1]
         seconds = 0.0
         if oldest is not None:
             seconds = max(0.0, now.timestamp() - oldest / 1000)
+        healthy = True
         return {
             "records": sum(lag.lag for lag in lags),
             "seconds": seconds,
@@ -313,7 +322,7 @@ def _kafka_lag(pipeline: Pipeline, committed: dict, now: datetime) -> dict:
         log.warning("pipeline %s: no Kafka lag: %s", pipeline.name, exc)
         return {**out, "error": f"cannot read offsets from Kafka: {exc}"}
     finally:
-        consumer.close()
+        kafka_lookups.release(config, consumer, healthy=healthy)
 
 
 def _flat(offsets) -> dict[tuple[str, int], int]:

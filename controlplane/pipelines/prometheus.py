@@ -12,6 +12,7 @@ from rest_framework.decorators import api_view, renderer_classes
 from rest_framework.renderers import BaseRenderer
 
 from . import metrics
+from .kafka_lookups import KafkaLookups
 from .models import Pipeline, ReconcilerState, Status
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -58,8 +59,9 @@ def exposition(now) -> str:
         text = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
         samples[name].append(f"{name}{{{text}}} {float(value)!r}")
 
+    lookups = KafkaLookups()  # one lookup per cluster and topic set for the whole scrape
     for pipeline in Pipeline.objects.order_by("name"):
-        figures = metrics.pipeline_metrics(pipeline, now)
+        figures = metrics.pipeline_metrics(pipeline, now, lookups)
         who = {"pipeline": pipeline.name}
         for status in Status.values:
             add("cp_pipeline_status", {**who, "status": status}, int(pipeline.status == status))
