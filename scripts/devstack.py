@@ -517,11 +517,19 @@ def cmd_up(stack: Stack) -> int:
         commands = {
             "web": [
                 PY,
-                "manage.py",
-                "runserver",
+                "-m",
+                "gunicorn",
+                "controlplane.wsgi",
+                "--bind",
                 f"{WEB_HOST}:{WEB_PORT}",
-                "--noreload",
-                "--insecure",
+                "--worker-class",
+                "gthread",
+                "--workers",
+                "2",
+                "--threads",
+                "8",
+                "--access-logfile",
+                "-",
             ],
             "worker": [
                 PY,

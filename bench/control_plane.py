@@ -1,0 +1,326 @@
+"""The control plane under 1,000 pipelines, next to an empty-database baseline from the same run.
+
+    .venv/bin/python bench/control_plane.py [--pipelines 1000]   (after ./stack services)
+
+In a throwaway database on the stack's PostgreSQL, with the web app served the way
+`./stack up` serves it (gunicorn, on its own port) and a real Kafka topic on Tansu:
+
+  baseline   one pipeline with one running run;
+  loaded     the same plus N-1 more pipelines registered through the API, each with a running
+             run (fresh heartbeats, so the reconciler observes every one of them) and a stream
+             of synthetic batch progress.
+
+For both it measures: the progress ingestion rate the web app sustains (4 drivers posting
+one report per request; and the batched form drivers use after an outage, 20 reports per
+request), the latency of GET /api/pipelines/{name}/metrics/ (p50, p95; Kafka lookups
+included), and the reconcile tick (median of 5). The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SENDERS = 4
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def progress(batch_id: int, topic: str, at: datetime, end: int) -> dict:
+    return {
+        "id": "bench",
+        "batchId": batch_id,
+        "timestamp": at.isoformat().replace("+00:00", "Z"),
+        "numInputRows": 1000,
+        "inputRowsPerSecond": 1000.0,
+        "processedRowsPerSecond": 4000.0,
+        "batchDuration": 250,
+        "durationMs": {"addBatch": 200, "walCommit": 5, "triggerExecution": 250},
+        "sources": [
+            {
+                "description": "cp_kafka",
+                "endOffset": json.dumps({topic: {"0": end}}),
+                "latestOffset": json.dumps({topic: {"0": end + 100}}),
+                "numInputRows": 1000,
+            }
+        ],
+        "stateOperators": [],
+    }
+
+
+class Bench:
+    def __init__(self, base: str, api_token: str, topic: str):
+        self.base = base
+        self.api = requests.Session()
+        self.api.headers["Authorization"] = f"Token {api_token}"
+        self.topic = topic
+        self.runs: list[tuple[str, int, str]] = []  # pipeline name, run id, run token
+        self.next_batch: dict[int, int] = {}
+
+    def register(self, name: str, spec: dict) -> None:
+        response = self.api.post(f"{self.base}/api/pipelines/", json={"name": name, "spec": spec})
+        response.raise_for_status()
+
+    def ingest(self, reports: int, per_request: int) -> float:
+        """Reports per second, `reports` of them spread over every run, SENDERS at once."""
+        jobs = []
+        for i in range(reports // per_request):
+            _, run_id, token = self.runs[i % len(self.runs)]
+            first = self.next_batch.get(run_id, 0)
+            self.next_batch[run_id] = first + per_request
+            jobs.append((run_id, token, first))
+        local = threading.local()
+
+        def send(job) -> None:
+            run_id, token, first = job
+            session = getattr(local, "session", None)
+            if session is None:
+                session = local.session = requests.Session()
+            now = datetime.now(UTC)
+            body = [progress(b, self.topic, now, 10 * b) for b in range(first, first + per_request)]
+            response = session.post(
+                f"{self.base}/api/runs/{run_id}/progress/",
+                json=body if per_request > 1 else body[0],
+                headers={"Authorization": f"RunToken {token}"},
+                timeout=30,
+            )
+            response.raise_for_status()
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(SENDERS) as pool:
+            list(pool.map(send, jobs))
+        return len(jobs) * per_request / (time.perf_counter() - started)
+
+    def metrics_latency(self, requests_: int) -> tuple[float, float]:
+        names = [name for name, _, _ in self.runs]
+        times = []
+        for _ in range(requests_):
+            name = random.choice(names)
+            started = time.perf_counter()
+            response = self.api.get(f"{self.base}/api/pipelines/{name}/metrics/", timeout=30)
+            times.append((time.perf_counter() - started) * 1000)
+            response.raise_for_status()
+            assert response.json()["lag"]["error"] is None, response.json()["lag"]
+        times.sort()
+        return statistics.median(times), times[int(0.95 * (len(times) - 1))]
+
+
+def tick_ms(rounds: int = 5) -> float:
+    from django.utils import timezone
+
+    from controlplane.pipelines import reconciler
+    from controlplane.pipelines.models import Run
+
+    times = []
+    for _ in range(rounds):
+        now = timezone.now()
+        Run.objects.filter(state="running").update(last_heartbeat_at=now, last_batch_at=now)
+        started = time.perf_counter()
+        summary = reconciler.tick(now)
+        times.append((time.perf_counter() - started) * 1000)
+        assert not summary["actions"], summary["actions"]  # healthy runs: observed, untouched
+    return statistics.median(times)
+
+
+def start_runs(bench: Bench, names: list[str]) -> None:
+    from controlplane.accounts.models import digest
+    from controlplane.pipelines.models import Pipeline, Run
+
+    now = datetime.now(UTC)
+    for pipeline in Pipeline.objects.filter(name__in=names):
+        Pipeline.objects.filter(pk=pipeline.pk).update(
+            generation=1, desired_state="running", status="running"
+        )
+        token = uuid.uuid4().hex
+        run = Run.objects.create(
+            pipeline=pipeline,
+            generation=1,
+            spec_version=1,
+            state="running",
+            host=socket.gethostname(),
+            pid=os.getpid(),  # alive: the reconciler leaves healthy runs alone
+            token_digest=digest(token),
+            started_at=now - timedelta(minutes=5),
+            last_heartbeat_at=now,
+            last_batch_at=now,
+        )
+        bench.runs.append((pipeline.name, run.pk, token))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pipelines", type=int, default=1000)
+    parser.add_argument("--reports", type=int, default=4000, help="per ingestion measurement")
+    parser.add_argument("--metrics-requests", type=int, default=200)
+    args = parser.parse_args()
+
+    admin_url = os.environ["DATABASE_URL"]
+    bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+    db_name = f"cp_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{db_name}"')
+    bench_url = admin_url.rsplit("/", 1)[0] + "/" + db_name
+    env = {**os.environ, "DATABASE_URL": bench_url}
+    os.environ["DATABASE_URL"] = bench_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+    server = None
+    try:
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        from django.contrib.auth import get_user_model
+
+        from controlplane.accounts.models import ApiToken
+        from controlplane.pipelines.models import BatchProgress
+        from jobs.loadgen import ensure_topic
+
+        user = get_user_model().objects.create_user("bench", password=uuid.uuid4().hex)
+        _, key = ApiToken.issue(user, "bench")
+        port = free_port()
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "controlplane.wsgi",
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--worker-class",
+                "gthread",
+                "--workers",
+                "2",
+                "--threads",
+                "8",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                requests.get(f"{base}/api/", timeout=2)
+                break
+            except requests.RequestException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+
+        topic = f"bench-cp-{uuid.uuid4().hex[:8]}"
+        ensure_topic(bootstrap, topic, 1)
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=bootstrap)
+        for i in range(1000):
+            producer.send(topic, value=b'{"n": %d}' % i, partition=0)
+        producer.flush()
+        producer.close()
+
+        bench = Bench(base, key, topic)
+        bench.api.post(
+            f"{base}/api/connections/",
+            json={"name": "k", "kind": "kafka", "settings": {"bootstrap_servers": [bootstrap]}},
+        ).raise_for_status()
+        sink = os.environ.get("CONTROLPLANE_SINK_DATABASE_URL", admin_url)
+        bench.api.post(
+            f"{base}/api/connections/",
+            json={"name": "pg", "kind": "postgres", "settings": {"dsn": sink}},
+        ).raise_for_status()
+        spec = {
+            "source": {"connection": "k", "topics": [topic], "schema": "n INT"},
+            "sink": {"connection": "pg", "table": "bench_cp"},
+        }
+
+        def measure(label: str) -> dict:
+            single = bench.ingest(args.reports, 1)
+            batched = bench.ingest(args.reports * 5, 20)
+            p50, p95 = bench.metrics_latency(args.metrics_requests)
+            tick = tick_ms()
+            print(
+                f"{label:<10} {len(bench.runs):>5} pipelines: ingestion {single:,.0f} reports/s"
+                f" (batched by 20: {batched:,.0f}/s), metrics p50 {p50:.1f} ms p95 {p95:.1f} ms,"
+                f" reconcile tick {tick:.1f} ms",
+                flush=True,
+            )
+            return {
+                "ingest_reports_per_s": round(single),
+                "ingest_batched_reports_per_s": round(batched),
+                "metrics_p50_ms": round(p50, 1),
+                "metrics_p95_ms": round(p95, 1),
+                "tick_ms": round(tick, 1),
+            }
+
+        bench.register("p0000", spec)
+        start_runs(bench, ["p0000"])
+        # Warm-up, not measured: gunicorn's workers import and connect on first use.
+        bench.ingest(200, 1)
+        bench.metrics_latency(50)
+        baseline = measure("baseline")
+
+        started = time.perf_counter()
+        names = [f"p{i:04d}" for i in range(1, args.pipelines)]
+        with ThreadPoolExecutor(SENDERS) as pool:
+            list(pool.map(lambda n: bench.register(n, spec), names))
+        print(
+            f"registered {len(names)} pipelines through the API in"
+            f" {time.perf_counter() - started:.1f} s",
+            flush=True,
+        )
+        start_runs(bench, names)
+        loaded = measure("loaded")
+        rows = BatchProgress.objects.count()
+        print(f"progress rows stored: {rows:,}")
+        ratios = {k: round(loaded[k] / baseline[k], 2) if baseline[k] else None for k in baseline}
+        print("loaded / baseline:   " + ", ".join(f"{k} {v}" for k, v in ratios.items()))
+        print(
+            json.dumps(
+                {
+                    "pipelines": len(bench.runs),
+                    "progress_rows": rows,
+                    "baseline": baseline,
+                    "loaded": loaded,
+                    "loaded_to_baseline": ratios,
+                }
+            )
+        )
+        return 0
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(10)
+        from django.db import connections
+
+        connections.close_all()
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    sys.exit(main())
