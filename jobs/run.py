@@ -12,11 +12,15 @@ import sys
 import time
 from pathlib import Path
 
-# spark-submit runs this file as a script: make the project importable.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# spark-submit runs this file as a script: make the project importable, and take this
+# directory off the path, or `import kafka` would find jobs/kafka instead of kafka-python.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(_HERE.parent))
 
-from jobs.pipeline import RunConfig, start_query
-from jobs.reporting import Reporter, progress_listener
+from jobs.kafka.group_commit import GroupCommitter, offset_mirror  # noqa: E402
+from jobs.pipeline import RunConfig, start_query  # noqa: E402
+from jobs.reporting import Reporter, progress_listener  # noqa: E402
 
 log = logging.getLogger("jobs.run")
 
@@ -54,6 +58,10 @@ def main(argv: list[str]) -> int:
     reporter = start_reporter(config.control_plane, run_dir)
     if reporter is not None:
         spark.streams.addListener(progress_listener(reporter))
+    mirror = None
+    if config.spec.source.consumer_group:
+        mirror = GroupCommitter(config.kafka, config.spec.source.consumer_group)
+        spark.streams.addListener(offset_mirror(mirror))
     query = start_query(spark, config)
     log.info("query %s started (checkpoint %s)", query.id, config.checkpoint)
     try:
@@ -61,6 +69,8 @@ def main(argv: list[str]) -> int:
     finally:
         if reporter is not None:
             reporter.close()
+        if mirror is not None:
+            mirror.close()
         spark.stop()
     return 0
 

@@ -11,9 +11,11 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from jobs.kafka.group_commit import GroupCommitter, offset_mirror
 from jobs.kafka.offsets import PLAN, flatten
 from jobs.kafka.source import KafkaDataSource, KafkaSourceOptions, KafkaStreamReader
 from tests.kafka_helpers import new_topic, produce
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -287,3 +289,37 @@ def test_rows_carry_kafka_metadata_with_the_right_types(kafka_spark, kafka_boots
     (row,) = frame.collect()
     assert (row.key, row.value, row.topic, row.offset) == (b"0", b'{"id": 1}', topic, 0)
     assert row.timestamp is not None
+
+
+def test_committed_offsets_are_mirrored_to_a_consumer_group(kafka_spark, kafka_bootstrap, tmp_path):
+    topic = new_topic(kafka_bootstrap)
+    produced = produce(kafka_bootstrap, topic, ({"id": i} for i in range(900)))
+    group = f"cp-mirror-{topic}"
+    committer = GroupCommitter({"bootstrap_servers": [kafka_bootstrap]}, group)
+    listener = offset_mirror(committer)
+    kafka_spark.streams.addListener(listener)
+    try:
+        run_available_now(
+            kafka_spark,
+            topic,
+            kafka_bootstrap,
+            tmp_path / "ck",
+            "src_group",
+            max_records_per_batch=400,
+        )
+        last = (tmp_path / "ck" / "offsets" / "2").read_text().split("\n")[2]
+        checkpoint = flatten(json.loads(last))
+        assert sum(checkpoint.values()) == produced
+        # Listener events arrive asynchronously: the last batch's may come after the query ends.
+        assert wait_for(lambda: committer.committed == checkpoint, timeout=20)
+    finally:
+        kafka_spark.streams.removeListener(listener)
+        committer.close()
+    # What an external lag tool sees: the group's committed offsets, equal to the checkpoint's.
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    try:
+        seen = admin.list_group_offsets(group)[group]
+    finally:
+        admin.close()
+    assert {(tp.topic, tp.partition): m.offset for tp, m in seen.items()} == checkpoint
+    assert committer.failures == 0

@@ -15,10 +15,12 @@ from pathlib import Path
 import psycopg
 import pytest
 from django.utils import timezone
+from kafka.admin import KafkaAdminClient
 
 from controlplane.pipelines import launcher, reconciler
 from controlplane.pipelines.models import BatchProgress, Pipeline, Run, RunState
 from tests.kafka_helpers import new_topic, produce
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
 
@@ -71,6 +73,15 @@ def new_pipeline(api, bootstrap: str, name: str, *, source=None, **spec) -> tupl
     return topic, table
 
 
+def group_offsets(bootstrap: str, group: str) -> dict:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        seen = admin.list_group_offsets(group)[group]
+    finally:
+        admin.close()
+    return {(tp.topic, tp.partition): m.offset for tp, m in seen.items()}
+
+
 def count(dsn, table):
     with psycopg.connect(dsn) as conn:
         try:
@@ -82,7 +93,9 @@ def count(dsn, table):
 def test_start_runs_a_driver_and_stop_ends_it_gracefully_and_it_resumes(
     api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, job_dirs
 ):
-    topic, table = new_pipeline(api, kafka_bootstrap, "e2e")
+    topic, table = new_pipeline(
+        api, kafka_bootstrap, "e2e", source={"consumer_group": "e2e-lag-tools"}
+    )
     produce(kafka_bootstrap, topic, ({"id": f"a{i}", "n": i} for i in range(500)))
 
     response = api.post("/api/pipelines/e2e/start/")
@@ -104,6 +117,14 @@ def test_start_runs_a_driver_and_stop_ends_it_gracefully_and_it_resumes(
     assert figures["throughput"]["processed_rows_per_second"] > 0
     run.refresh_from_db()
     assert run.last_heartbeat_at is not None
+    # The spec's consumer group holds what the checkpoint committed: lag tools see the job.
+    committed = {
+        (t, int(p)): o
+        for t, parts in figures["checkpoint"]["committed_offsets"].items()
+        for p, o in parts.items()
+    }
+    assert sum(committed.values()) == 500
+    assert wait_for(lambda: group_offsets(kafka_bootstrap, "e2e-lag-tools") == committed, 20)
 
     assert api.post("/api/pipelines/e2e/stop/").status_code == 202
     reconcile_until(

@@ -285,3 +285,15 @@ def test_a_topic_named_timestamp_still_takes_per_partition_offsets():
     parsed = parse_spec(spec, connections=CONNECTIONS)
     assert parsed.source.starting_offsets == {"timestamp": {"0": 5}}
     assert starting_timestamp_ms(parsed.source.starting_offsets) is None
+
+
+def test_a_consumer_group_to_mirror_offsets_to_is_checked():
+    spec = parse_spec(
+        with_change("source.consumer_group", "orders.cp-mirror_1"), connections=CONNECTIONS
+    )
+    assert spec.source.consumer_group == "orders.cp-mirror_1"
+    assert parse_spec(valid_spec(), connections=CONNECTIONS).source.consumer_group is None
+    assert (
+        "letters, digits"
+        in errors_of(with_change("source.consumer_group", "a b"))["source.consumer_group"][0]
+    )

@@ -39,6 +39,10 @@ class KafkaSource:
     # "python": our Python Data Source reader (no JVM connector needed);
     # "spark-kafka": Spark's own JVM Kafka connector, where the cluster has it.
     reader: Literal["python", "spark-kafka"] = "python"
+    # After each committed batch, also commit its end offsets to this Kafka consumer group,
+    # so that existing lag tools (Burrow, kafka-consumer-groups, exporters) see the job.
+    # Best-effort: the checkpoint stays the source of truth (jobs.kafka.group_commit).
+    consumer_group: str | None = None
     kind: Literal["kafka"] = "kafka"
 
 

@@ -238,6 +238,12 @@ def _parse_source(
     max_records = s.integer("max_records_per_batch", KafkaSource.max_records_per_batch, minimum=1)
     fail_on_data_loss = s.boolean("fail_on_data_loss", True)
     reader = s.string("reader", "python", choices=("python", "spark-kafka"))
+    group = s.string("consumer_group", None)
+    if group is not None and not _GROUP_ID.fullmatch(group):
+        s.error(
+            "consumer_group",
+            f"must be 1-249 characters of letters, digits, '.', '_' and '-'; got {group!r}",
+        )
     if not s.ok:
         return None
     return KafkaSource(
@@ -249,7 +255,11 @@ def _parse_source(
         max_records_per_batch=max_records,
         fail_on_data_loss=fail_on_data_loss,
         reader=reader,
+        consumer_group=group,
     )
+
+
+_GROUP_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 def _type_names(t: Any) -> list[str]:
