@@ -113,7 +113,8 @@ REST_FRAMEWORK = {
         "controlplane.accounts.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # Roles (viewer, operator, editor, admin): controlplane.accounts.roles.
+    "DEFAULT_PERMISSION_CLASSES": ["controlplane.accounts.permissions.RolePermission"],
     "DEFAULT_PAGINATION_CLASS": "controlplane.api.pagination.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -131,7 +132,7 @@ SPECTACULAR_SETTINGS = {
     "Structured Streaming jobs. Authenticate with `Authorization: Token <key>`.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "SERVE_PERMISSIONS": ["controlplane.accounts.permissions.RolePermission"],
     "COMPONENT_SPLIT_REQUEST": True,
 }
 

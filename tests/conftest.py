@@ -60,7 +60,12 @@ def spark():
 
 @pytest.fixture
 def user(db, django_user_model):
-    return django_user_model.objects.create_user(username="oncall", password="not-used-here-1")
+    """An editor: may read, use the on-call controls and change pipelines and connections."""
+    from controlplane.accounts.roles import EDITOR, set_role
+
+    user = django_user_model.objects.create_user(username="oncall", password="not-used-here-1")
+    set_role(user, EDITOR)
+    return user
 
 
 @pytest.fixture

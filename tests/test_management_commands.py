@@ -22,7 +22,22 @@ def test_create_api_token_prints_a_key_that_authenticates(db, anon):
     key = run("create_api_token", "ci", name="deploy").strip()
     assert key.startswith("cpt_")
     anon.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    # Authenticated, but a user without a role may do nothing until given one.
+    assert anon.get("/api/connections/").status_code == 403
+    assert run("set_role", "ci", "viewer").strip() == "ci: viewer"
     assert anon.get("/api/connections/").status_code == 200
+    assert anon.post("/api/connections/", {}, format="json").status_code == 403
+
+
+def test_set_role_creates_users_on_request_and_refuses_unknown_ones(db):
+    with pytest.raises(CommandError, match="no user named 'ghost'"):
+        run("set_role", "ghost", "operator")
+    run("set_role", "robot", "operator", create=True)
+    user = get_user_model().objects.get(username="robot")
+    assert list(user.groups.values_list("name", flat=True)) == ["operator"]
+    assert not user.has_usable_password()
+    run("set_role", "robot", "none")
+    assert not user.groups.exists()
 
 
 def test_create_api_token_refuses_a_duplicate_unless_rotating(db, anon):

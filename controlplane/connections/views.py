@@ -7,6 +7,8 @@ from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from controlplane.accounts.roles import OPERATOR
+
 from .models import Connection
 from .probe import probe
 from .serializers import ConnectionSerializer
@@ -25,6 +27,8 @@ ProbeResultSerializer = inline_serializer(
 
 class ConnectionViewSet(viewsets.ModelViewSet):
     """Kafka clusters and Postgres targets. Secrets are write-only."""
+
+    action_roles = {"test": OPERATOR}  # trying a connection changes nothing
 
     queryset = Connection.objects.all()
     serializer_class = ConnectionSerializer

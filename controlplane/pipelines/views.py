@@ -13,6 +13,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
+from controlplane.accounts.roles import OPERATOR
 from controlplane.api.fields import flatten_spec_error
 from jobs.spec import SpecError
 
@@ -46,6 +47,21 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 class PipelineViewSet(viewsets.ModelViewSet):
     """Pipeline definitions. PATCH merges `spec` (RFC 7396); PUT replaces it."""
+
+    # On-call controls: operators; creating and changing pipelines: editors (the default).
+    action_roles = {
+        name: OPERATOR
+        for name in (
+            "start",
+            "stop",
+            "kill",
+            "restart",
+            "suspend",
+            "resume",
+            "restart_now",
+            "reset_restarts",
+        )
+    }
 
     queryset = Pipeline.objects.all()
     serializer_class = PipelineSerializer

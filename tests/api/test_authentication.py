@@ -89,3 +89,81 @@ def test_only_a_digest_of_the_token_is_stored(token, user):
     row = ApiToken.objects.get(user=user)
     assert token not in (row.key_digest, row.hint)
     assert len(row.key_digest) == 64
+
+
+# The role each request needs (controlplane.accounts.roles), stated here independently of the
+# views: reading is for viewers, on-call controls for operators, changes for editors.
+OPERATOR_ACTIONS = {
+    "pipeline-start",
+    "pipeline-stop",
+    "pipeline-kill",
+    "pipeline-restart",
+    "pipeline-suspend",
+    "pipeline-resume",
+    "pipeline-restart-now",
+    "pipeline-reset-restarts",
+    "connection-test",
+}
+
+
+def needed_role(name: str, method: str) -> str:
+    if method == "get":
+        return "viewer"
+    if name in OPERATOR_ACTIONS:
+        return "operator"
+    return "editor"
+
+
+def _role_requests():
+    for name, (kwargs, methods) in ENDPOINTS.items():
+        if name in RUN_ENDPOINTS:
+            continue
+        for method in methods:
+            for role in (None, "viewer", "operator", "editor", "admin"):
+                yield pytest.param(name, kwargs, method, role, id=f"{role}-{method}-{name}")
+
+
+ROLE_ORDER = [None, "viewer", "operator", "editor", "admin"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("name", "kwargs", "method", "role"), list(_role_requests()))
+def test_every_endpoint_enforces_its_role(anon, django_user_model, name, kwargs, method, role):
+    from controlplane.accounts.roles import set_role
+
+    user = django_user_model.objects.create_user(username=f"u-{role}")
+    set_role(user, role)
+    _, key = ApiToken.issue(user, "t")
+    anon.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    response = getattr(anon, method)(reverse(f"api:{name}", kwargs=kwargs), {}, format="json")
+    needed = needed_role(name, method)
+    if ROLE_ORDER.index(role) >= ROLE_ORDER.index(needed):
+        assert response.status_code not in (401, 403), response.content
+    else:
+        assert response.status_code == 403
+        assert f"needs the {needed} role".encode() in response.content
+
+
+def test_prometheus_metrics_need_a_viewer(anon, django_user_model):
+    from controlplane.accounts.roles import set_role
+
+    user = django_user_model.objects.create_user(username="scraper")
+    _, key = ApiToken.issue(user, "prometheus")
+    anon.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    assert anon.get("/metrics").status_code == 403
+    set_role(user, "viewer")
+    assert anon.get("/metrics").status_code == 200
+
+
+def test_a_superuser_is_an_admin_and_roles_are_groups(django_user_model):
+    from controlplane.accounts.roles import has_role, role_of, set_role
+
+    root = django_user_model.objects.create_superuser(username="root", password="x-1-long-pw")
+    assert role_of(root) == "admin"
+    user = django_user_model.objects.create_user(username="someone")
+    assert role_of(user) is None
+    set_role(user, "operator")
+    user = django_user_model.objects.get(pk=user.pk)
+    assert list(user.groups.values_list("name", flat=True)) == ["operator"]
+    assert has_role(user, "viewer") and has_role(user, "operator")
+    assert not has_role(user, "editor")
