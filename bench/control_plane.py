@@ -196,10 +196,12 @@ def main() -> int:
         from django.contrib.auth import get_user_model
 
         from controlplane.accounts.models import ApiToken
+        from controlplane.accounts.roles import EDITOR, set_role
         from controlplane.pipelines.models import BatchProgress
         from jobs.loadgen import ensure_topic
 
         user = get_user_model().objects.create_user("bench", password=uuid.uuid4().hex)
+        set_role(user, EDITOR)
         _, key = ApiToken.issue(user, "bench")
         port = free_port()
         server = subprocess.Popen(

@@ -89,3 +89,17 @@ def test_history_shows_hourly_roll_ups_before_the_raw_batches(api, pipeline, set
     assert hour["input_rows_per_second"] == 100  # the mean of 50 and 150
     trigger = Pipeline.objects.get(name="orders").trigger_seconds
     assert hour["busy_ratio"] == 650 / (trigger * 1000)
+
+
+def test_live_metrics_read_at_most_the_newest_batches_of_their_window(pipeline):
+    from controlplane.pipelines.metrics import RECENT_BATCHES, _recent_progress
+
+    now = datetime.now(UTC)
+    row = Pipeline.objects.get(name="orders")
+    run = Run.objects.create(pipeline=row, generation=1, spec_version=1)
+    BatchProgress.objects.bulk_create(
+        BatchProgress(run=run, batch_id=i, timestamp=now, num_input_rows=1)
+        for i in range(RECENT_BATCHES + 50)
+    )
+    recent = _recent_progress(row, now)
+    assert [p.batch_id for p in recent] == list(range(50, RECENT_BATCHES + 50))

@@ -217,10 +217,16 @@ def _rollup_point(r: ProgressRollup, trigger_ms: float) -> dict:
     }
 
 
+RECENT_BATCHES = 600  # enough for the lag trend of a window even with back-to-back batches
+
+
 def _recent_progress(pipeline: Pipeline, now: datetime) -> list[BatchProgress]:
+    """The window's progress, oldest first: at most its newest RECENT_BATCHES batches."""
     since = now - timedelta(seconds=window_seconds(pipeline))
     rows = BatchProgress.objects.filter(run__pipeline=pipeline, reported_at__gte=since)
-    return list(rows.order_by("reported_at"))
+    newest = list(rows.order_by("-reported_at", "-id")[:RECENT_BATCHES])
+    newest.reverse()
+    return newest
 
 
 def _first_batches(rows: list[BatchProgress]) -> dict[int, int]:
