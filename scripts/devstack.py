@@ -510,7 +510,8 @@ def cmd_up(stack: Stack) -> int:
         log("applying database migrations")
         stack.manage("migrate", "--no-input", "-v", "0")
         stack.manage("ensure_admin")
-        stack.manage("seed_demo")
+        kafka_fresh = any(isinstance(s, Tansu) and s.started_here for s in stack.services)
+        stack.manage("seed_demo", *(["--kafka-restarted-empty"] if kafka_fresh else []))
         stack.env.setdefault("CONTROLPLANE_URL", f"http://{WEB_HOST}:{WEB_PORT}")
         logs = VAR / "log"
         logs.mkdir(parents=True, exist_ok=True)

@@ -77,3 +77,27 @@ def test_seed_demo_is_idempotent(db, kafka_bootstrap, sink_dsn, monkeypatch):
     demo = Pipeline.objects.get(name="demo-deliveries")
     assert demo.version == 1
     assert demo.connections.count() == 2
+
+
+def test_a_demo_whose_embedded_kafka_restarted_empty_gets_a_new_checkpoint(
+    db, kafka_bootstrap, sink_dsn, monkeypatch, settings, tmp_path
+):
+    from controlplane.pipelines.models import AuditEntry
+
+    monkeypatch.setenv("CONTROLPLANE_SINK_DATABASE_URL", sink_dsn)
+    settings.CONTROLPLANE_CHECKPOINT_ROOT = tmp_path
+    run("seed_demo")
+    # It ran before, then gave up: its checkpoint points past the new, empty log.
+    (tmp_path / "demo-deliveries" / "offsets").mkdir(parents=True)
+    Pipeline.objects.filter(name="demo-deliveries").update(status="failed")
+    run("seed_demo")  # the broker kept its data: nothing is touched
+    assert (tmp_path / "demo-deliveries").exists()
+    assert Pipeline.objects.get(name="demo-deliveries").status == "failed"
+
+    out = run("seed_demo", kafka_restarted_empty=True)
+    assert "new checkpoint" in out
+    assert not (tmp_path / "demo-deliveries").exists()
+    demo = Pipeline.objects.get(name="demo-deliveries")
+    assert demo.status != "failed" and demo.desired_state == "running"
+    entry = AuditEntry.objects.get(pipeline_name="demo-deliveries", action="start")
+    assert entry.actor_name == "system" and "restarted empty" in entry.reason

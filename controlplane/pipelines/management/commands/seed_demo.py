@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from controlplane.connections.models import Connection
-from controlplane.pipelines import services
-from controlplane.pipelines.models import Pipeline
+from controlplane.pipelines import controls, services
+from controlplane.pipelines.models import DesiredState, Pipeline, RunState, Status
 from jobs.connections import validate_connection
 from jobs.spec import SpecError
 
@@ -43,7 +47,17 @@ DEMO_SPEC = {
 class Command(BaseCommand):
     help = "Create the demo connections (local-kafka, local-postgres) and pipeline if missing."
 
-    def handle(self, *args, **_):
+    def add_arguments(self, parser) -> None:
+        parser.add_argument(
+            "--kafka-restarted-empty",
+            action="store_true",
+            help="the embedded broker (in-memory) was just started empty: the demo's checkpoint"
+            " points into a log that no longer exists, so start the demo from a new one",
+        )
+
+    def handle(self, *args, kafka_restarted_empty: bool = False, **_):
+        if kafka_restarted_empty:
+            self._fresh_checkpoint()
         try:
             self._connection(
                 "local-kafka",
@@ -78,3 +92,26 @@ class Command(BaseCommand):
         )
         connection.set_secrets(secrets)
         connection.save()
+
+    def _fresh_checkpoint(self) -> None:
+        """The demo's Kafka log is gone (memory storage): drop its checkpoint, and start it
+        again if it gave up on the records it can no longer find (audited)."""
+        pipeline = Pipeline.objects.filter(name=DEMO_PIPELINE).first()
+        if pipeline is None:
+            return
+        if pipeline.runs.filter(state__in=RunState.active()).exists():
+            return  # a driver still uses the checkpoint: leave it (the reconciler sees it)
+        checkpoint = Path(settings.CONTROLPLANE_CHECKPOINT_ROOT) / DEMO_PIPELINE
+        if checkpoint.exists():
+            shutil.rmtree(checkpoint)
+            self.stdout.write(
+                "  Demo pipeline:  new checkpoint (the embedded Kafka restarted empty)"
+            )
+        if pipeline.status == Status.FAILED and pipeline.desired_state == DesiredState.RUNNING:
+            controls.act(
+                pipeline,
+                "start",
+                user=None,
+                reason="the embedded Kafka restarted empty; the demo starts from a new checkpoint",
+                now=timezone.now(),
+            )
