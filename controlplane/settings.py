@@ -75,6 +75,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "controlplane.accounts.context.role",
             ],
         },
     },
@@ -105,7 +106,9 @@ STATIC_ROOT = VAR_DIR / "staticfiles"
 # Static files straight from the app's static folders (no collectstatic step needed).
 WHITENOISE_USE_FINDERS = True
 
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
 
 REST_FRAMEWORK = {
     # Token first: its WWW-Authenticate header is what turns "not authenticated" into a 401.

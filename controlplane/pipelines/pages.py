@@ -1,25 +1,52 @@
-"""Server-rendered pages (the full dashboard comes later) and the health endpoint."""
+"""Server-rendered pages (roles as in the API) and the health endpoint."""
 
 from __future__ import annotations
 
 from django.conf import settings
-from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from .models import Pipeline, ReconcilerState
+from controlplane.accounts.decorators import role_required
+from controlplane.accounts.roles import VIEWER
+
+from . import overview
+from .models import ReconcilerState
 
 
-@login_required
+@role_required(VIEWER)
 def home(request):
-    state = ReconcilerState.objects.filter(id=1).first()
-    return render(
-        request,
-        "pipelines/home.html",
-        {"pipelines": Pipeline.objects.all(), "reconciler": state},
-    )
+    """The overview: every pipeline, problems first, refreshed in place every few seconds."""
+    return render(request, "pipelines/overview.html", _overview_context(request))
+
+
+@role_required(VIEWER)
+def overview_rows(request):
+    """The overview's table body alone, for the page's polling (htmx)."""
+    return render(request, "pipelines/_overview_rows.html", _overview_context(request))
+
+
+def _overview_context(request) -> dict:
+    show = request.GET.get("show", "all")
+    if show not in overview.FILTERS:
+        show = "all"
+    query = request.GET.get("q", "")[:100]
+    now = timezone.now()
+    found = overview.rows(now, query=query, show=show)
+    return {
+        "rows": found,
+        "show": show,
+        "q": query,
+        "filters": list(overview.FILTERS),
+        "now": now,
+        "problems": sum(1 for r in found if r.severity < overview.HEALTHY),
+        "reconciler": ReconcilerState.objects.filter(id=1).first(),
+        "refresh_seconds": OVERVIEW_REFRESH_SECONDS,
+    }
+
+
+OVERVIEW_REFRESH_SECONDS = 5
 
 
 def healthz(request):
