@@ -12,9 +12,13 @@ from tests.factories import valid_spec
 
 # Every page outside the API and the Django admin, with the role it needs. Public ones are
 # the login page and the health and metrics endpoints (the latter has its own token check).
-PAGES = {
-    "home": "viewer",
-    "overview-rows": "viewer",
+PAGES = {  # name: (url kwargs, method, role)
+    "home": ({}, "get", "viewer"),
+    "overview-rows": ({}, "get", "viewer"),
+    "pipeline": ({"name": "orders"}, "get", "viewer"),
+    "pipeline-status": ({"name": "orders"}, "get", "viewer"),
+    "pipeline-diff": ({"name": "orders"}, "get", "viewer"),
+    "pipeline-control": ({"name": "orders", "action": "restart"}, "post", "operator"),
 }
 PUBLIC = {"login", "logout", "healthz", "prometheus"}
 
@@ -36,24 +40,33 @@ def test_the_lists_cover_every_page():
 
 
 def client_with(django_user_model, role: str | None) -> Client:
-    user = django_user_model.objects.create_user(username=f"page-{role}", password="pw-123-long")
+    user, _ = django_user_model.objects.get_or_create(username=f"page-{role}")
     set_role(user, role)
     client = Client()
     client.force_login(user)
     return client
 
 
-@pytest.mark.django_db
+ROLE_ORDER = [None, "viewer", "operator", "editor", "admin"]
+
+
 @pytest.mark.parametrize("name", sorted(PAGES))
-def test_every_page_sends_strangers_to_the_login_and_checks_the_role(django_user_model, name):
-    url = reverse(name)
-    response = Client().get(url)
+def test_every_page_sends_strangers_to_the_login_and_checks_the_role(
+    django_user_model, pipeline, name
+):
+    kwargs, method, needed = PAGES[name]
+    url = reverse(name, kwargs=kwargs)
+    data = {"confirm": "orders", "reason": "role test"} if method == "post" else {}
+    response = getattr(Client(), method)(url, data)
     assert response.status_code == 302
     assert response["Location"].startswith(f"{reverse('login')}?next=")
-    response = client_with(django_user_model, None).get(url)
-    assert response.status_code == 403
-    assert f"needs the <strong>{PAGES[name]}</strong> role" in response.content.decode()
-    assert client_with(django_user_model, PAGES[name]).get(url).status_code == 200
+    for role in ROLE_ORDER:
+        response = getattr(client_with(django_user_model, role), method)(url, data)
+        if ROLE_ORDER.index(role) < ROLE_ORDER.index(needed):
+            assert response.status_code == 403, role
+            assert f"needs the <strong>{needed}</strong> role" in response.content.decode()
+        else:
+            assert response.status_code in (200, 302), (role, response.status_code)
 
 
 @pytest.mark.django_db
@@ -130,3 +143,66 @@ def test_the_overview_filters_and_searches_and_its_rows_refresh_alone(
     none = client.get(reverse("overview-rows"), {"q": "zzz"}).content.decode()
     assert "No pipeline matches." in none
     assert client.get("/", {"show": "<script>"}).status_code == 200  # unknown filter: all
+
+
+def test_the_pipeline_page_shows_controls_only_to_operators_and_they_are_audited(
+    django_user_model, pipeline, kafka_bootstrap
+):
+    from controlplane.pipelines.models import AuditEntry
+
+    url = reverse("pipeline", kwargs={"name": "orders"})
+    viewer = client_with(django_user_model, "viewer").get(url).content.decode()
+    assert "On-call controls" not in viewer
+    operator = client_with(django_user_model, "operator")
+    page = operator.get(url).content.decode()
+    assert "Restart orders?" in page and "Type <code>orders</code> to confirm" in page
+    control = reverse("pipeline-control", kwargs={"name": "orders", "action": "start"})
+    # Without the name typed in, nothing happens.
+    response = operator.post(control, {"reason": "x", "confirm": "order"}, follow=True)
+    assert "Not done: type the pipeline" in response.content.decode()
+    assert Pipeline.objects.get(name="orders").desired_state == "stopped"
+    response = operator.post(
+        control, {"reason": "INC-7: back after the failover", "confirm": "orders"}, follow=True
+    )
+    assert "start of orders requested." in response.content.decode()
+    assert Pipeline.objects.get(name="orders").desired_state == "running"
+    entry = AuditEntry.objects.get(pipeline_name="orders", action="start")
+    assert (entry.actor_name, entry.reason) == ("page-operator", "INC-7: back after the failover")
+    assert "INC-7: back after the failover" in operator.get(url).content.decode()
+    # An action that does not apply says why, and changes nothing.
+    now = reverse("pipeline-control", kwargs={"name": "orders", "action": "restart-now"})
+    response = operator.post(now, {"confirm": "orders"}, follow=True)
+    assert "restart-now not done: pipeline &#x27;orders&#x27; has no restart pending" in (
+        response.content.decode()
+    )
+
+
+def test_a_backing_off_pipeline_counts_down_its_next_attempt(django_user_model, pipeline):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    Pipeline.objects.filter(name="orders").update(
+        status="backing-off",
+        desired_state="running",
+        attempt=2,
+        next_attempt_at=timezone.now() + timedelta(seconds=12),
+    )
+    client = client_with(django_user_model, "viewer")
+    html = client.get(reverse("pipeline-status", kwargs={"name": "orders"})).content.decode()
+    assert "Restart attempt 2 of 3," in html  # the spec's fixed-delay policy: 3 attempts
+    assert any(f"next in <strong>{s} s</strong>" in html for s in (11, 12))
+
+
+def test_the_diff_page_shows_what_changed_between_versions(api, django_user_model, pipeline):
+    response = api.patch(
+        "/api/pipelines/orders/", {"spec": {"trigger": {"interval_seconds": 9}}}, format="json"
+    )
+    assert response.status_code == 200, response.json()
+    client = client_with(django_user_model, "viewer")
+    html = client.get(reverse("pipeline-diff", kwargs={"name": "orders"})).content.decode()
+    assert "v1 → v2" in html
+    assert '<span class="d-remove">-    &quot;interval_seconds&quot;: 5' in html
+    assert '<span class="d-add">+    &quot;interval_seconds&quot;: 9' in html
+    missing = reverse("pipeline-diff", kwargs={"name": "orders"}) + "?a=1&b=7"
+    assert client.get(missing).status_code == 404

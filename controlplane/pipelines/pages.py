@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
+
 from django.conf import settings
-from django.db import connection
-from django.http import JsonResponse
-from django.shortcuts import render
+from django.contrib import messages
+from django.db import connection, transaction
+from django.http import Http404, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.views.decorators.http import require_POST
 
 from controlplane.accounts.decorators import role_required
-from controlplane.accounts.roles import VIEWER
+from controlplane.accounts.roles import OPERATOR, VIEWER, has_role
 
-from . import overview
-from .models import ReconcilerState
+from . import controls, detail, metrics, overview, tasks
+from .models import AuditEntry, Pipeline, ReconcilerState, RunState
 
 
 @role_required(VIEWER)
@@ -47,6 +51,101 @@ def _overview_context(request) -> dict:
 
 
 OVERVIEW_REFRESH_SECONDS = 5
+STATUS_REFRESH_SECONDS = 2
+
+
+@role_required(VIEWER)
+def pipeline_page(request, name: str):
+    """One pipeline: what it is doing now, its controls, lag, checkpoints, failures, runs,
+    spec and versions."""
+    pipeline = get_object_or_404(Pipeline, name=name)
+    now = timezone.now()
+    figures = metrics.pipeline_metrics(pipeline, now)
+    versions = list(pipeline.versions.select_related("created_by").order_by("-version")[:20])
+    return render(
+        request,
+        "pipelines/pipeline.html",
+        {
+            **_status_context(pipeline, now),
+            "figures": figures,
+            "checkpoint": metrics.checkpoint_page(pipeline),
+            "failures": pipeline.failures.select_related("run").order_by("-at")[:20],
+            "runs": pipeline.runs.order_by("-generation")[:20],
+            "versions": versions,
+            "spec_json": json.dumps(pipeline.spec, indent=2, sort_keys=True),
+            "audit": AuditEntry.objects.filter(pipeline_name=pipeline.name).order_by("-at")[:20],
+            "controls": detail.CONTROLS,
+            "dangerous": detail.DANGEROUS,
+            "can_operate": has_role(request.user, OPERATOR),
+        },
+    )
+
+
+@role_required(VIEWER)
+def pipeline_status(request, name: str):
+    """The page's live status block alone (polled every few seconds)."""
+    pipeline = get_object_or_404(Pipeline, name=name)
+    return render(
+        request, "pipelines/_pipeline_status.html", _status_context(pipeline, timezone.now())
+    )
+
+
+def _status_context(pipeline: Pipeline, now) -> dict:
+    return {
+        "p": pipeline,
+        "run": pipeline.runs.filter(state__in=RunState.active()).first(),
+        "restart": detail.restart_progress(pipeline, now),
+        "symbol": overview.STATUS_SYMBOLS.get(pipeline.status, "?"),
+        "status_refresh_seconds": STATUS_REFRESH_SECONDS,
+    }
+
+
+@require_POST
+@role_required(OPERATOR)
+def pipeline_control(request, name: str, action: str):
+    """An on-call action from the page: confirmed by the form, with a reason, audited."""
+    pipeline = get_object_or_404(Pipeline, name=name)
+    if action not in detail.CONTROL_NAMES:
+        raise Http404(f"no action {action!r}")
+    reason = request.POST.get("reason", "").strip()[:500]
+    if request.POST.get("confirm") != pipeline.name:
+        messages.error(request, f"Not done: type the pipeline's name ({pipeline.name}) to confirm.")
+        return redirect("pipeline", name=name)
+    try:
+        controls.act(pipeline, action, user=request.user, reason=reason, now=timezone.now())
+    except controls.NotApplicable as exc:
+        messages.error(request, f"{action} not done: {exc}")
+        return redirect("pipeline", name=name)
+    transaction.on_commit(lambda: tasks.reconcile_pipeline.delay(pipeline.pk))
+    messages.success(request, f"{action} of {pipeline.name} requested.")
+    return redirect("pipeline", name=name)
+
+
+@role_required(VIEWER)
+def pipeline_diff(request, name: str):
+    """The difference between two versions of the spec (default: the last two)."""
+    pipeline = get_object_or_404(Pipeline, name=name)
+    newest = pipeline.version
+    try:
+        new = int(request.GET.get("b", newest))
+        old = int(request.GET.get("a", max(1, new - 1)))
+    except ValueError:
+        raise Http404("versions are whole numbers") from None
+    rows = {v.version: v for v in pipeline.versions.filter(version__in=[old, new])}
+    if old not in rows or new not in rows:
+        raise Http404(f"pipeline {name!r} has no version {old if old not in rows else new}")
+    lines = detail.spec_diff(rows[old].spec, rows[new].spec, f"v{old}", f"v{new}")
+    return render(
+        request,
+        "pipelines/diff.html",
+        {
+            "p": pipeline,
+            "old": old,
+            "new": new,
+            "lines": lines,
+            "versions": pipeline.versions.order_by("-version").values_list("version", flat=True),
+        },
+    )
 
 
 def healthz(request):

@@ -263,7 +263,13 @@ def record_exit(run: Run, now: datetime, *, exit_code: int | None, error: str) -
 
 def finish(run: Run, now: datetime, *, exit_code: int | None, cause: str, error: str) -> None:
     """Record a run's end and settle its pipeline (only if the run is still current): at
-    rest if it was asked to stop, else per its restart policy."""
+    rest if it was asked to stop, else per its restart policy. One transaction: nobody sees
+    the run ended while its pipeline still says it runs."""
+    with transaction.atomic():
+        _finish(run, now, exit_code=exit_code, cause=cause, error=error)
+
+
+def _finish(run: Run, now: datetime, *, exit_code: int | None, cause: str, error: str) -> None:
     ended = Run.objects.filter(pk=run.pk, state__in=RunState.active()).update(
         state=RunState.EXITED, ended_at=now, exit_code=exit_code, cause=cause, error_tail=error
     )
