@@ -15,6 +15,7 @@ from tests.factories import valid_spec
 PAGES = {  # name: (url kwargs, method, role)
     "home": ({}, "get", "viewer"),
     "overview-rows": ({}, "get", "viewer"),
+    "audit": ({}, "get", "viewer"),
     "pipeline": ({"name": "orders"}, "get", "viewer"),
     "pipeline-status": ({"name": "orders"}, "get", "viewer"),
     "pipeline-diff": ({"name": "orders"}, "get", "viewer"),
@@ -169,6 +170,12 @@ def test_the_pipeline_page_shows_controls_only_to_operators_and_they_are_audited
     entry = AuditEntry.objects.get(pipeline_name="orders", action="start")
     assert (entry.actor_name, entry.reason) == ("page-operator", "INC-7: back after the failover")
     assert "INC-7: back after the failover" in operator.get(url).content.decode()
+    audit = operator.get(reverse("audit"), {"pipeline": "orders"}).content.decode()
+    assert "INC-7: back after the failover" in audit and "page-operator" in audit
+    assert "desired stopped → running" in audit
+    assert (
+        "No actions match." in operator.get(reverse("audit"), {"actor": "nobody"}).content.decode()
+    )
     # An action that does not apply says why, and changes nothing.
     now = reverse("pipeline-control", kwargs={"name": "orders", "action": "restart-now"})
     response = operator.post(now, {"confirm": "orders"}, follow=True)
@@ -206,3 +213,15 @@ def test_the_diff_page_shows_what_changed_between_versions(api, django_user_mode
     assert '<span class="d-add">+    &quot;interval_seconds&quot;: 9' in html
     missing = reverse("pipeline-diff", kwargs={"name": "orders"}) + "?a=1&b=7"
     assert client.get(missing).status_code == 404
+
+
+def test_the_pipeline_page_charts_come_from_the_app_and_its_history_api(
+    django_user_model, pipeline, kafka_bootstrap
+):
+    client = client_with(django_user_model, "viewer")
+    page = client.get(reverse("pipeline", kwargs={"name": "orders"})).content.decode()
+    assert "vendor/uPlot.iife.min.js" in page and "js/charts.js" in page
+    assert 'data-history="/api/pipelines/orders/metrics/history/"' in page
+    assert "http://" not in page.replace("http://127.0.0.1", "") and "https://" not in page
+    # The charts read the history with the page's session (a viewer may).
+    assert client.get("/api/pipelines/orders/metrics/history/").status_code == 200

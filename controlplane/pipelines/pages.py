@@ -121,6 +121,31 @@ def pipeline_control(request, name: str, action: str):
     return redirect("pipeline", name=name)
 
 
+AUDIT_PAGE = 100
+
+
+@role_required(VIEWER)
+def audit_log(request):
+    """Every operator action, newest first; filter by pipeline and by who."""
+    pipeline = request.GET.get("pipeline", "").strip()[:63]
+    actor = request.GET.get("actor", "").strip()[:150]
+    entries = AuditEntry.objects.order_by("-at")
+    if pipeline:
+        entries = entries.filter(pipeline_name=pipeline)
+    if actor:
+        entries = entries.filter(actor_name=actor)
+    return render(
+        request,
+        "audit.html",
+        {
+            "entries": entries[:AUDIT_PAGE],
+            "pipeline": pipeline,
+            "actor": actor,
+            "limit": AUDIT_PAGE,
+        },
+    )
+
+
 @role_required(VIEWER)
 def pipeline_diff(request, name: str):
     """The difference between two versions of the spec (default: the last two)."""

@@ -1,0 +1,50 @@
+// Charts of a pipeline's recent batches (uPlot, served from static/vendor), from the API's
+// /metrics/history/ with the page's own session. Redrawn every 10 s.
+(function () {
+  "use strict";
+  const root = document.getElementById("charts");
+  if (!root || !window.uPlot) return;
+  const url = root.dataset.history;
+  const charts = [
+    { title: "Rows per second", series: [["input_rows_per_second", "in", "#2563eb"], ["processed_rows_per_second", "processed", "#16a34a"]] },
+    { title: "Batch duration (ms)", series: [["batch_duration_ms", "duration", "#9333ea"]] },
+    { title: "Lag (records)", series: [["lag_records", "lag", "#dc2626"]] },
+    { title: "Busy ratio (duration / trigger)", series: [["busy_ratio", "busy", "#d97706"]] },
+  ];
+  const plots = [];
+
+  function width() { return Math.max(280, Math.floor(root.clientWidth / 2) - 24); }
+
+  function columns(points, chart) {
+    const xs = points.map((p) => Date.parse(p.at) / 1000);
+    return [xs, ...chart.series.map(([key]) => points.map((p) => p[key]))];
+  }
+
+  function draw(points) {
+    root.querySelector(".chart-empty").hidden = points.length > 0;
+    charts.forEach((chart, i) => {
+      const data = columns(points, chart);
+      if (plots[i]) { plots[i].setData(data); return; }
+      const box = document.createElement("figure");
+      box.className = "chart";
+      root.appendChild(box);
+      plots[i] = new uPlot({
+        title: chart.title, width: width(), height: 180,
+        series: [{}, ...chart.series.map(([, label, stroke]) => ({ label, stroke, width: 1.5, spanGaps: true }))],
+        axes: [{}, { size: 60 }],
+      }, data, box);
+    });
+  }
+
+  async function refresh() {
+    const since = new Date(Date.now() - 3600 * 1000).toISOString();
+    try {
+      const response = await fetch(`${url}?since=${encodeURIComponent(since)}`, { credentials: "same-origin", headers: { Accept: "application/json" } });
+      if (response.ok) draw((await response.json()).points);
+    } catch (e) { /* the next refresh tries again */ }
+  }
+
+  refresh();
+  setInterval(refresh, 10000);
+  window.addEventListener("resize", () => plots.forEach((p) => p.setSize({ width: width(), height: 180 })));
+})();
