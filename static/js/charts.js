@@ -30,6 +30,8 @@
       root.appendChild(box);
       plots[i] = new uPlot({
         title: chart.title, width: width(), height: 180,
+        // Always the last hour, whatever few points there are.
+        scales: { x: { time: true, range: () => { const now = Date.now() / 1000; return [now - 3600, now]; } } },
         series: [{}, ...chart.series.map(([, label, stroke]) => ({ label, stroke, width: 1.5, spanGaps: true }))],
         axes: [{}, { size: 60 }],
       }, data, box);

@@ -1,0 +1,189 @@
+"""The dashboard in a real browser (Playwright driving Debian's Chromium) against the live
+server, with a real pipeline: a Spark driver launched by the reconciler, killed, restarted.
+
+Screenshots of the overview and the pipeline page are written to docs/screenshots/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import expect, sync_playwright
+
+from controlplane.accounts.roles import set_role
+from controlplane.pipelines import launcher, reconciler
+from controlplane.pipelines.models import AuditEntry, Run, RunState
+from tests.kafka_helpers import produce
+from tests.test_launch_and_stop import new_pipeline
+
+# Playwright's sync API runs an event loop in this thread; the ORM calls made here between
+# browser steps are ordinary blocking calls.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
+
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+CHROMIUM = os.environ.get("CONTROLPLANE_CHROMIUM", "/usr/bin/chromium")
+# Without the background-networking flags Chromium tries to reach Google at every start.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: ./stack test installs chromium"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def ticking(settings, tmp_path, live_server):
+    """The control plane as it runs: drivers report to the live server; the reconciler ticks
+    every half second in the background (as Celery beat would, faster)."""
+    settings.CONTROLPLANE_URL = live_server.url
+    settings.CONTROLPLANE_HEARTBEAT_SECONDS = 1
+    settings.CONTROLPLANE_RUNS_ROOT = tmp_path / "runs"
+    settings.CONTROLPLANE_CHECKPOINT_ROOT = tmp_path / "checkpoints"
+    stop = threading.Event()
+
+    def tick() -> None:
+        from django.db import connection
+
+        try:
+            while not stop.is_set():
+                reconciler.tick(timezone.now())
+                stop.wait(0.5)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    yield live_server
+    stop.set()
+    thread.join(10)
+    for run in Run.objects.filter(state__in=RunState.active()):
+        launcher.kill(run)
+
+
+def sign_in(browser, live_server, django_user_model, username: str, role: str):
+    user = django_user_model.objects.create_user(username=username, password="pw-for-tests-1")
+    set_role(user, role)
+    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    page.goto(f"{live_server.url}/")
+    expect(page).to_have_url(re.compile(r"/login/"))
+    page.get_by_label("User name").fill(username)
+    page.get_by_label("Password").fill("pw-for-tests-1")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("h1")).to_have_text("Pipelines")
+    return page
+
+
+def control(page, label: str):
+    summary = page.locator("summary").filter(has_text=re.compile(f"^{label}$"))
+    return page.locator("details.control").filter(has=summary)
+
+
+def test_a_pipeline_killed_backs_off_and_runs_again_before_the_operators_eyes(
+    browser,
+    ticking,
+    django_user_model,
+    api,
+    kafka_connection,
+    postgres_connection,
+    kafka_bootstrap,
+):
+    topic, _table = new_pipeline(
+        api,
+        kafka_bootstrap,
+        "live",
+        restart_policy={"kind": "fixed-delay", "attempts": 3, "delay_seconds": 8},
+    )
+    produce(kafka_bootstrap, topic, ({"id": f"a{i}", "n": i} for i in range(300)))
+    page = sign_in(browser, ticking, django_user_model, "olga", "operator")
+    page.goto(f"{ticking.url}/pipelines/live/")
+    status = page.locator("#status")
+    expect(status).to_contain_text("Stopped")
+
+    # Start it from the page: confirmed by typing its name, with a reason.
+    start = control(page, "Start")
+    start.locator("summary").click()
+    start.get_by_label("Reason").fill("first start for the browser test")
+    start.get_by_label("to confirm").fill("live")
+    start.get_by_role("button", name="Start live").click()
+    expect(page.locator(".flash-success")).to_contain_text("start of live requested.")
+    expect(status).to_contain_text("Running", timeout=150_000)
+    expect(status).to_contain_text(re.compile(r"last batch \d+"), timeout=150_000)
+
+    page.goto(f"{ticking.url}/")
+    expect(page.locator('tr[data-pipeline="live"]')).to_contain_text("Running")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "overview.png"), full_page=True)
+    page.goto(f"{ticking.url}/pipelines/live/")
+
+    # The driver dies (kill -9 of the JVM, as the kernel's OOM killer would).
+    run = Run.objects.get(pipeline__name="live", state=RunState.RUNNING)
+    driver = json.loads(Path(run.run_dir, "driver.json").read_text())["pid"]
+    os.kill(driver, signal.SIGKILL)
+    produce(kafka_bootstrap, topic, ({"id": f"b{i}", "n": i} for i in range(100)), start=300)
+    expect(status).to_contain_text("Backing off", timeout=30_000)
+    expect(status).to_contain_text(re.compile(r"Restart attempt 1 of 3,\s+next in"))
+    page.screenshot(path=str(SCREENSHOTS / "pipeline-backing-off.png"), full_page=True)
+    expect(status).to_contain_text("Running", timeout=150_000)
+    expect(status).to_contain_text(re.compile(r"Run 2 .*last batch \d+", re.S), timeout=150_000)
+    page.reload()
+    exceptions = page.locator("section", has=page.get_by_role("heading", name="Exceptions"))
+    expect(exceptions).to_contain_text("crashed")  # the exceptions history says why
+    expect(exceptions).to_contain_text("restart 1 of 3")
+
+    # An operator restarts it with a reason; the audit log page shows who, what and why.
+    restart = control(page, "Restart")
+    restart.locator("summary").click()
+    restart.get_by_label("Reason").fill("INC-42: picking up the new sink password")
+    restart.get_by_label("to confirm").fill("live")
+    restart.get_by_role("button", name="Restart live").click()
+    expect(page.locator(".flash-success")).to_contain_text("restart of live requested.")
+    page.screenshot(path=str(SCREENSHOTS / "pipeline.png"), full_page=True)
+    page.get_by_role("link", name="Audit log").click()
+    row = page.locator("tr", has_text="INC-42: picking up the new sink password")
+    expect(row).to_contain_text("olga")
+    expect(row).to_contain_text("restart")
+    entry = AuditEntry.objects.get(pipeline_name="live", action="restart")
+    assert (entry.actor_name, entry.reason) == ("olga", "INC-42: picking up the new sink password")
+
+
+def test_a_viewer_has_no_controls_and_a_forged_post_is_refused(
+    browser, live_server, django_user_model, pipeline
+):
+    page = sign_in(browser, live_server, django_user_model, "vera", "viewer")
+    page.goto(f"{live_server.url}/pipelines/orders/")
+    expect(page.locator("h1")).to_have_text("orders")
+    assert page.locator("text=On-call controls").count() == 0
+    assert page.locator("details.control").count() == 0
+    # The same request the operator's form sends, forged with the viewer's own session.
+    csrf = next(c["value"] for c in page.context.cookies() if c["name"] == "csrftoken")
+    response = page.request.post(
+        f"{live_server.url}/pipelines/orders/control/kill",
+        form={"confirm": "orders", "reason": "forged"},
+        headers={"X-CSRFToken": csrf, "Referer": f"{live_server.url}/pipelines/orders/"},
+    )
+    assert response.status == 403
+    assert "needs the operator role" in response.text().replace("<strong>", "").replace(
+        "</strong>", ""
+    )
+    assert not AuditEntry.objects.filter(pipeline_name="orders", action="kill").exists()
