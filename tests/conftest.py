@@ -43,9 +43,15 @@ def spark():
     # py4j logs at INFO from a finaliser after pytest closed its streams: noise, not news.
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
+    from jobs import jvm
+
+    # The Postgres sink's JVM writer: built here too (a no-op when up to date), so tests run
+    # directly with pytest exercise it as well.
+    jvm.build()
     session = (
         SparkSession.builder.master("local[2]")
         .appName("controlplane-tests")
+        .config("spark.jars", ",".join(jvm.spark_jars()))
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "1g")

@@ -10,6 +10,7 @@ import pytest
 
 from controlplane.checkpoints import read_checkpoint
 from jobs.pipeline import RunConfig, shuffles, start_query, stream_id
+from jobs.sinks.jvm_writer import WRITER_CONF
 from jobs.sinks.postgres import PostgresSink
 from jobs.spec import parse_spec
 from tests.kafka_helpers import new_topic, produce
@@ -56,6 +57,20 @@ def _bootstrap(kafka_bootstrap):
     pytest.kafka_bootstrap = kafka_bootstrap
 
 
+@pytest.fixture(params=["jvm", "python"])
+def writer(request, spark):
+    """Both writers of the direct path: the executors' JVM (PgCopyWriter), Python workers."""
+    spark.conf.set(WRITER_CONF, request.param)
+    yield request.param
+    spark.conf.unset(WRITER_CONF)
+
+
+def written_by(caplog) -> set[str]:
+    """How the batches were written, from the job's log lines ("JVM" or "Python")."""
+    lines = [r.getMessage() for r in caplog.records if r.name == "jobs.pipeline"]
+    return {"JVM" if "JVM" in line else "Python" for line in lines if " rows (" in line}
+
+
 def drain(spark, config):
     query = start_query(spark, config, available_now=True)
     query.awaitTermination(180)
@@ -85,22 +100,25 @@ PATHS = {
 
 @pytest.mark.parametrize("transform", PATHS.values(), ids=PATHS.keys())
 def test_valid_records_land_once_and_malformed_ones_become_dead_letters(
-    spark, kafka_bootstrap, sink_dsn, tmp_path, transform
+    spark, kafka_bootstrap, sink_dsn, tmp_path, transform, writer, caplog
 ):
+    caplog.set_level("INFO", logger="jobs.pipeline")
     topic = new_topic(kafka_bootstrap)
     produce(kafka_bootstrap, topic, events(0, 1000) + MALFORMED)
     config = run_config(tmp_path, topic, sink_dsn, transform=transform)
     drain(spark, config)
+    staged = transform == PATHS["staged"]
+    assert written_by(caplog) == {"JVM" if writer == "jvm" and not staged else "Python"}
     table = config.spec.sink.table
     ids = [r[0] for r in fetch(sink_dsn, f'SELECT id FROM "{table}"')]
     assert sorted(ids) == sorted(f"e{i}" for i in range(1000))
     dead = fetch(
         sink_dsn,
-        'SELECT raw, error FROM _cp_dead_letters WHERE pipeline = %s ORDER BY "offset"',
+        "SELECT raw, error, topic, record_time FROM _cp_dead_letters WHERE pipeline = %s",
         config.pipeline,
     )
     assert sorted(bytes(r[0]) for r in dead) == sorted(MALFORMED)
-    assert all(r[1] for r in dead)
+    assert all(r[1] and r[2] == topic and r[3] is not None for r in dead)
 
 
 def test_stop_and_start_again_resumes_without_loss_or_duplicates(
@@ -194,7 +212,7 @@ def markers(dsn, pipeline):
 
 @pytest.mark.parametrize("transform", [PATHS["one pass"], PATHS["cached, direct"]])
 def test_a_batch_that_died_after_some_partitions_committed_is_completed_exactly_once(
-    spark, kafka_bootstrap, sink_dsn, tmp_path, monkeypatch, transform
+    spark, kafka_bootstrap, sink_dsn, tmp_path, monkeypatch, transform, writer
 ):
     """Executors committed their partitions of batch 1, then the driver died before the batch
     marker: the replay writes the batch marker and none of the partitions a second time."""

@@ -24,6 +24,7 @@ from django.conf import settings
 from controlplane.accounts.models import digest
 from jobs.connections import kafka_client_config, postgres_conninfo
 from jobs.files import write_private
+from jobs.jvm import spark_jars
 
 from .models import Pipeline, Run
 
@@ -74,6 +75,8 @@ def launch(run: Run) -> Run:
         "--name", f"pipeline:{pipeline.name}",
         "--conf", "spark.ui.showConsoleProgress=false",
         "--conf", f"spark.pyspark.python={sys.executable}",
+        # The sink's JVM writer and the JDBC driver; without them it writes from Python.
+        *(["--jars", ",".join(jars)] if (jars := spark_jars()) else []),
         str(JOB_SCRIPT), str(run_dir),
     ]  # fmt: skip
     env = dict(os.environ)

@@ -161,14 +161,25 @@ class PostgresSink:
 
     # -- writing ---------------------------------------------------------------------------
 
+    # The statements both writers use (this one, and the JVM's, jobs.sinks.jvm_writer), with
+    # their parameters in this order.
+    CLAIM = sql.SQL(
+        "INSERT INTO {} (pipeline, stream_id, batch_id, part, rows)"
+        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1"
+    ).format(sql.Identifier(COMMITS_TABLE))
+    PART_ROWS = sql.SQL(
+        "UPDATE {} SET rows = %s WHERE pipeline = %s AND stream_id = %s"
+        " AND batch_id = %s AND part = %s"
+    ).format(sql.Identifier(COMMITS_TABLE))
+    DEAD_LETTER = sql.SQL(
+        'INSERT INTO {} (pipeline, batch_id, topic, partition, "offset", raw, error,'
+        " record_time) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
+    ).format(sql.Identifier(DEAD_LETTERS_TABLE))
+
     def _claim(self, conn: psycopg.Connection, batch_id: int, rows: int, part: int = BATCH) -> bool:
         """Insert the batch's commit marker; False if it exists (the batch is a replay)."""
         claimed = conn.execute(
-            sql.SQL(
-                "INSERT INTO {} (pipeline, stream_id, batch_id, part, rows)"
-                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1"
-            ).format(sql.Identifier(COMMITS_TABLE)),
-            (self.pipeline, self.stream_id, batch_id, part, rows),
+            self.CLAIM, (self.pipeline, self.stream_id, batch_id, part, rows)
         ).fetchone()
         if claimed is None:
             log.info(
@@ -218,13 +229,7 @@ class PostgresSink:
                         dead += letters.num_rows
             for letters in dead_letters:
                 self._dead_letters(conn, batch_id, letters)
-            conn.execute(
-                sql.SQL(
-                    "UPDATE {} SET rows = %s WHERE pipeline = %s AND stream_id = %s"
-                    " AND batch_id = %s AND part = %s"
-                ).format(sql.Identifier(COMMITS_TABLE)),
-                (rows, self.pipeline, self.stream_id, batch_id, part),
-            )
+            conn.execute(self.PART_ROWS, (rows, self.pipeline, self.stream_id, batch_id, part))
         return rows, dead
 
     def finish_batch(self, batch_id: int, rows: int, dead_letters=None) -> bool:
@@ -358,11 +363,7 @@ class PostgresSink:
     def _dead_letters(self, conn: psycopg.Connection, batch_id: int, rows) -> None:
         with conn.cursor() as cur:
             cur.executemany(
-                sql.SQL(
-                    'INSERT INTO {} (pipeline, batch_id, topic, partition, "offset", raw, error,'
-                    " record_time) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
-                    " ON CONFLICT DO NOTHING"
-                ).format(sql.Identifier(DEAD_LETTERS_TABLE)),
+                self.DEAD_LETTER,
                 [
                     (
                         self.pipeline,

@@ -1,0 +1,420 @@
+package controlplane.spark;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.Serializable;
+import java.math.BigDecimal;
+import java.math.BigInteger;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Types;
+import java.time.Instant;
+import java.time.OffsetDateTime;
+import java.time.ZoneOffset;
+import java.time.temporal.ChronoUnit;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import org.apache.spark.TaskContext;
+import org.apache.spark.api.java.function.FlatMapFunction;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.unsafe.types.UTF8String;
+import org.postgresql.PGConnection;
+import org.postgresql.copy.CopyIn;
+
+/**
+ * The direct path of jobs.sinks.postgres, in the executors' JVM: each task COPYs its Spark
+ * partition into the target table, in one Postgres transaction with the partition's commit
+ * marker, and writes the partition's dead letters in the same transaction. A task whose marker
+ * exists (a retry, a replayed batch) writes nothing.
+ *
+ * <p>Rows go from Spark's internal rows straight to Postgres's binary COPY format, without the
+ * hop through Arrow and a Python worker that the Python writer pays. Every SQL statement, the
+ * column encodings and the connection come from the Python side (jobs/sinks/jvm_writer.py), as
+ * one JSON document; this class holds no SQL of its own and never logs the connection.
+ */
+public final class PgCopyWriter
+    implements FlatMapFunction<Iterator<InternalRow>, long[]>, Serializable {
+  private static final long serialVersionUID = 1L;
+
+  // Column encodings, as numbered in jobs/sinks/jvm_writer.py.
+  static final int TEXT = 1, JSONB = 2, BYTEA = 3, BOOL = 4, INT2_FROM_BYTE = 5, INT2 = 6,
+      INT4 = 7, INT8 = 8, FLOAT4 = 9, FLOAT8 = 10, DATE = 11, TIMESTAMP = 12, NUMERIC = 13;
+
+  private static final long PG_EPOCH_US = 946_684_800_000_000L; // 2000-01-01 in Unix µs
+  private static final int PG_EPOCH_DAYS = 10_957;
+  private static final byte[] HEADER = {
+    'P', 'G', 'C', 'O', 'P', 'Y', '\n', (byte) 0xff, '\r', '\n', 0, 0, 0, 0, 0, 0, 0, 0, 0
+  };
+  private static final int FLUSH_BYTES = 1 << 20;
+
+  private final String url;
+  private final Map<String, String> properties;
+  private final String pipeline;
+  private final String streamId;
+  private final long batchId;
+  private final String claimSql;
+  private final String copySql;
+  private final String rowsSql;
+  private final String deadLetterSql;
+  private final int[] ordinals; // of the target's columns, in the COPY's column order
+  private final int[] encodings;
+  private final int[] decimalPrecisions; // per column: Spark's decimal(p, s) (NUMERIC only)
+  private final int[] decimalScales;
+  private final int badOrdinal; // -1: the frame holds no dead letters
+  private final int[] deadOrdinals; // topic, partition, offset, timestamp, value
+  private final String parseError;
+  private final String emptyValueError;
+
+  @SuppressWarnings("unchecked")
+  public PgCopyWriter(String json) throws Exception {
+    Map<String, Object> c = new ObjectMapper().readValue(json, Map.class);
+    url = (String) c.get("url");
+    properties = (Map<String, String>) c.get("properties");
+    pipeline = (String) c.get("pipeline");
+    streamId = (String) c.get("stream_id");
+    batchId = ((Number) c.get("batch_id")).longValue();
+    claimSql = (String) c.get("claim_sql");
+    copySql = (String) c.get("copy_sql");
+    rowsSql = (String) c.get("rows_sql");
+    deadLetterSql = (String) c.get("dead_letter_sql");
+    ordinals = ints(c.get("ordinals"));
+    encodings = ints(c.get("encodings"));
+    decimalPrecisions = ints(c.get("decimal_precisions"));
+    decimalScales = ints(c.get("decimal_scales"));
+    badOrdinal = ((Number) c.get("bad_ordinal")).intValue();
+    deadOrdinals = ints(c.get("dead_ordinals"));
+    parseError = (String) c.get("parse_error");
+    emptyValueError = (String) c.get("empty_value_error");
+  }
+
+  private static int[] ints(Object list) {
+    List<?> values = (List<?>) list;
+    int[] out = new int[values.size()];
+    for (int i = 0; i < out.length; i++) {
+      out[i] = ((Number) values.get(i)).intValue();
+    }
+    return out;
+  }
+
+  /** Write every partition of the frame; returns {rows, dead letters} over all of them. */
+  public static long[] write(Dataset<Row> frame, String json) throws Exception {
+    PgCopyWriter writer = new PgCopyWriter(json);
+    List<long[]> parts = frame.queryExecution().toRdd().toJavaRDD().mapPartitions(writer).collect();
+    long[] total = new long[2];
+    for (long[] part : parts) {
+      total[0] += part[0];
+      total[1] += part[1];
+    }
+    return total;
+  }
+
+  Connection connect() throws SQLException {
+    Properties props = new Properties();
+    props.putAll(properties);
+    // The driver itself, not DriverManager: Spark loads this jar in a child class loader.
+    Connection conn = new org.postgresql.Driver().connect(url, props);
+    if (conn == null) {
+      throw new SQLException("the Postgres JDBC driver does not accept the sink's URL");
+    }
+    return conn;
+  }
+
+  @Override
+  public Iterator<long[]> call(Iterator<InternalRow> rows) throws Exception {
+    int part = TaskContext.getPartitionId();
+    try (Connection conn = connect()) {
+      conn.setAutoCommit(false);
+      try {
+        long[] result = writePartition(conn, part, rows);
+        conn.commit();
+        return Collections.singletonList(result).iterator();
+      } catch (Exception e) {
+        conn.rollback();
+        throw e;
+      }
+    }
+  }
+
+  private boolean claim(Connection conn, int part) throws SQLException {
+    try (PreparedStatement st = conn.prepareStatement(claimSql)) {
+      st.setString(1, pipeline);
+      st.setString(2, streamId);
+      st.setLong(3, batchId);
+      st.setInt(4, part);
+      st.setLong(5, 0);
+      try (ResultSet rs = st.executeQuery()) {
+        return rs.next();
+      }
+    }
+  }
+
+  private long[] writePartition(Connection conn, int part, Iterator<InternalRow> rows)
+      throws Exception {
+    long written = 0;
+    List<Object[]> dead = new ArrayList<>();
+    if (!claim(conn, part)) {
+      // A retry or a replay: Spark still computes the rows; count them, write none.
+      long letters = 0;
+      while (rows.hasNext()) {
+        InternalRow row = rows.next();
+        if (badOrdinal >= 0 && row.getBoolean(badOrdinal)) {
+          letters++;
+        } else {
+          written++;
+        }
+      }
+      return new long[] {written, letters};
+    }
+    CopyIn copy = ((PGConnection) conn.unwrap(PGConnection.class)).getCopyAPI().copyIn(copySql);
+    try {
+      Buffer buf = new Buffer(FLUSH_BYTES + (FLUSH_BYTES >> 2));
+      buf.bytes(HEADER, HEADER.length);
+      while (rows.hasNext()) {
+        InternalRow row = rows.next();
+        if (badOrdinal >= 0 && row.getBoolean(badOrdinal)) {
+          dead.add(deadLetter(row));
+          continue;
+        }
+        encode(row, buf);
+        written++;
+        if (buf.size >= FLUSH_BYTES) {
+          copy.writeToCopy(buf.data, 0, buf.size);
+          buf.size = 0;
+        }
+      }
+      buf.int16(-1);
+      copy.writeToCopy(buf.data, 0, buf.size);
+      copy.endCopy();
+    } finally {
+      if (copy.isActive()) {
+        copy.cancelCopy();
+      }
+    }
+    if (!dead.isEmpty()) {
+      try (PreparedStatement st = conn.prepareStatement(deadLetterSql)) {
+        for (Object[] letter : dead) {
+          st.setString(1, pipeline);
+          st.setLong(2, batchId);
+          st.setString(3, (String) letter[0]);
+          st.setInt(4, (Integer) letter[1]);
+          st.setLong(5, (Long) letter[2]);
+          st.setBytes(6, (byte[]) letter[4]);
+          st.setString(7, letter[4] == null ? emptyValueError : parseError);
+          if (letter[3] == null) {
+            st.setNull(8, Types.TIMESTAMP_WITH_TIMEZONE);
+          } else {
+            st.setObject(8, letter[3]);
+          }
+          st.addBatch();
+        }
+        st.executeBatch();
+      }
+    }
+    try (PreparedStatement st = conn.prepareStatement(rowsSql)) {
+      st.setLong(1, written);
+      st.setString(2, pipeline);
+      st.setString(3, streamId);
+      st.setLong(4, batchId);
+      st.setInt(5, part);
+      st.executeUpdate();
+    }
+    return new long[] {written, dead.size()};
+  }
+
+  private Object[] deadLetter(InternalRow row) {
+    int topic = deadOrdinals[0], partition = deadOrdinals[1], offset = deadOrdinals[2];
+    int stamp = deadOrdinals[3], value = deadOrdinals[4];
+    return new Object[] {
+      row.isNullAt(topic) ? null : row.getUTF8String(topic).toString(),
+      row.getInt(partition),
+      row.getLong(offset),
+      row.isNullAt(stamp)
+          ? null
+          : OffsetDateTime.ofInstant(
+              Instant.EPOCH.plus(row.getLong(stamp), ChronoUnit.MICROS), ZoneOffset.UTC),
+      row.isNullAt(value) ? null : row.getBinary(value),
+    };
+  }
+
+  /** One row in binary COPY form: a field count, then per field a length and its bytes. */
+  void encode(InternalRow row, Buffer buf) {
+    buf.int16(ordinals.length);
+    for (int i = 0; i < ordinals.length; i++) {
+      int o = ordinals[i];
+      if (row.isNullAt(o)) {
+        buf.int32(-1);
+        continue;
+      }
+      switch (encodings[i]) {
+        case TEXT:
+          {
+            UTF8String s = row.getUTF8String(o);
+            buf.int32(s.numBytes());
+            buf.utf8(s);
+            break;
+          }
+        case JSONB:
+          {
+            UTF8String s = row.getUTF8String(o);
+            buf.int32(s.numBytes() + 1);
+            buf.int8(1); // jsonb's binary version
+            buf.utf8(s);
+            break;
+          }
+        case BYTEA:
+          {
+            byte[] b = row.getBinary(o);
+            buf.int32(b.length);
+            buf.bytes(b, b.length);
+            break;
+          }
+        case BOOL:
+          buf.int32(1);
+          buf.int8(row.getBoolean(o) ? 1 : 0);
+          break;
+        case INT2_FROM_BYTE:
+          buf.int32(2);
+          buf.int16(row.getByte(o));
+          break;
+        case INT2:
+          buf.int32(2);
+          buf.int16(row.getShort(o));
+          break;
+        case INT4:
+          buf.int32(4);
+          buf.int32(row.getInt(o));
+          break;
+        case INT8:
+          buf.int32(8);
+          buf.int64(row.getLong(o));
+          break;
+        case FLOAT4:
+          buf.int32(4);
+          buf.int32(Float.floatToRawIntBits(row.getFloat(o)));
+          break;
+        case FLOAT8:
+          buf.int32(8);
+          buf.int64(Double.doubleToRawLongBits(row.getDouble(o)));
+          break;
+        case DATE:
+          buf.int32(4);
+          buf.int32(row.getInt(o) - PG_EPOCH_DAYS);
+          break;
+        case TIMESTAMP:
+          buf.int32(8);
+          buf.int64(row.getLong(o) - PG_EPOCH_US);
+          break;
+        case NUMERIC:
+          numeric(row.getDecimal(o, decimalPrecisions[i], decimalScales[i]).toJavaBigDecimal(), buf);
+          break;
+        default:
+          throw new IllegalStateException("unknown column encoding " + encodings[i]);
+      }
+    }
+  }
+
+  /**
+   * Postgres's numeric_send form: int16 ndigits, weight, sign, dscale, then base-10000
+   * digits, the first of which multiplies 10000^weight.
+   */
+  static void numeric(BigDecimal value, Buffer buf) {
+    int sign = value.signum() < 0 ? 0x4000 : 0;
+    BigDecimal abs = value.abs();
+    int dscale = Math.max(abs.scale(), 0);
+    // Scale up to a multiple of 4 decimal places: the unscaled integer's base-10000 digits
+    // are then the numeric's digits, the last `fractionGroups` of them after the point.
+    int fractionGroups = (dscale + 3) / 4;
+    BigInteger unscaled = abs.setScale(fractionGroups * 4).unscaledValue();
+    List<Integer> digits = new ArrayList<>();
+    BigInteger tenThousand = BigInteger.valueOf(10_000);
+    while (unscaled.signum() > 0) {
+      BigInteger[] qr = unscaled.divideAndRemainder(tenThousand);
+      digits.add(qr[1].intValue());
+      unscaled = qr[0];
+    }
+    Collections.reverse(digits);
+    int weight = digits.size() - fractionGroups - 1;
+    int end = digits.size();
+    while (end > 0 && digits.get(end - 1) == 0) {
+      end--; // trailing zero digits are implied
+    }
+    int start = 0;
+    while (start < end && digits.get(start) == 0) {
+      start++; // as are leading ones, which lower the weight
+      weight--;
+    }
+    int n = end - start;
+    if (n == 0) {
+      weight = 0;
+      sign = 0;
+    }
+    buf.int32(8 + 2 * n);
+    buf.int16(n);
+    buf.int16(weight);
+    buf.int16(sign);
+    buf.int16(dscale);
+    for (int i = start; i < end; i++) {
+      buf.int16(digits.get(i));
+    }
+  }
+
+  /** A growable big-endian byte buffer. */
+  static final class Buffer {
+    byte[] data;
+    int size;
+
+    Buffer(int capacity) {
+      data = new byte[capacity];
+    }
+
+    private void room(int n) {
+      if (size + n > data.length) {
+        data = java.util.Arrays.copyOf(data, Math.max(data.length * 2, size + n));
+      }
+    }
+
+    void int8(int v) {
+      room(1);
+      data[size++] = (byte) v;
+    }
+
+    void int16(int v) {
+      room(2);
+      data[size++] = (byte) (v >>> 8);
+      data[size++] = (byte) v;
+    }
+
+    void int32(int v) {
+      room(4);
+      data[size++] = (byte) (v >>> 24);
+      data[size++] = (byte) (v >>> 16);
+      data[size++] = (byte) (v >>> 8);
+      data[size++] = (byte) v;
+    }
+
+    void int64(long v) {
+      int32((int) (v >>> 32));
+      int32((int) v);
+    }
+
+    void bytes(byte[] b, int n) {
+      room(n);
+      System.arraycopy(b, 0, data, size, n);
+      size += n;
+    }
+
+    void utf8(UTF8String s) {
+      int n = s.numBytes();
+      room(n);
+      s.writeToMemory(data, org.apache.spark.unsafe.Platform.BYTE_ARRAY_OFFSET + size);
+      size += n;
+    }
+  }
+}
