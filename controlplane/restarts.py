@@ -209,7 +209,9 @@ def _exponential_delay(
         return Decision(
             restart=True,
             restart_at=max(pending_until, now),
-            delay_seconds=max(0.0, (pending_until - last.at).total_seconds()),
+            # The time left of the pending delay (pending_until is rounded to microseconds:
+            # never report more than the delay itself).
+            delay_seconds=min(delay, max(0.0, (pending_until - last.at).total_seconds())),
             attempt=attempt,
             reason=f"restart {attempt} already pending: failure merged ({describe(policy)})",
         )

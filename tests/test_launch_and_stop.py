@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 
 import psycopg
@@ -93,9 +94,9 @@ def count(dsn, table):
 def test_start_runs_a_driver_and_stop_ends_it_gracefully_and_it_resumes(
     api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, job_dirs
 ):
-    topic, table = new_pipeline(
-        api, kafka_bootstrap, "e2e", source={"consumer_group": "e2e-lag-tools"}
-    )
+    # Tansu keeps groups as long as it runs: a group of this run's own.
+    group = f"e2e-lag-tools-{uuid.uuid4().hex[:8]}"
+    topic, table = new_pipeline(api, kafka_bootstrap, "e2e", source={"consumer_group": group})
     produce(kafka_bootstrap, topic, ({"id": f"a{i}", "n": i} for i in range(500)))
 
     response = api.post("/api/pipelines/e2e/start/")
@@ -124,7 +125,13 @@ def test_start_runs_a_driver_and_stop_ends_it_gracefully_and_it_resumes(
         for p, o in parts.items()
     }
     assert sum(committed.values()) == 500
-    assert wait_for(lambda: group_offsets(kafka_bootstrap, "e2e-lag-tools") == committed, 20)
+    seen = {}
+
+    def mirrored():
+        seen.update(group=group_offsets(kafka_bootstrap, group))
+        return seen["group"] == committed
+
+    assert wait_for(mirrored, 20), (seen, committed)
 
     assert api.post("/api/pipelines/e2e/stop/").status_code == 202
     reconcile_until(

@@ -20,6 +20,11 @@ PAGES = {  # name: (url kwargs, method, role)
     "pipeline-status": ({"name": "orders"}, "get", "viewer"),
     "pipeline-diff": ({"name": "orders"}, "get", "viewer"),
     "pipeline-control": ({"name": "orders", "action": "restart"}, "post", "operator"),
+    "connections": ({}, "get", "viewer"),
+    "pipeline-new": ({}, "get", "editor"),
+    "pipeline-edit": ({"name": "orders"}, "get", "editor"),
+    "connection-new": ({}, "get", "editor"),
+    "connection-edit": ({"name": "events"}, "get", "editor"),
 }
 PUBLIC = {"login", "logout", "healthz", "prometheus"}
 

@@ -187,3 +187,89 @@ def test_a_viewer_has_no_controls_and_a_forged_post_is_refused(
         "</strong>", ""
     )
     assert not AuditEntry.objects.filter(pipeline_name="orders", action="kill").exists()
+    # Nor may a viewer change definitions: no links, and the forms answer 403.
+    page.goto(f"{live_server.url}/")
+    assert page.get_by_role("link", name="New pipeline").count() == 0
+    page.goto(f"{live_server.url}/pipelines/orders/")
+    assert page.get_by_role("link", name="Edit definition").count() == 0
+    response = page.request.get(f"{live_server.url}/pipelines/orders/edit")
+    assert response.status == 403
+
+
+def field(page, label: str):
+    """The form field (input, its problems, its help) whose label is `label`."""
+    return page.locator("div.field").filter(has=page.get_by_label(label, exact=True))
+
+
+def test_an_editor_creates_a_pipeline_with_a_mistake_corrects_it_and_edits_it(
+    browser, live_server, django_user_model, kafka_connection, postgres_connection
+):
+    page = sign_in(browser, live_server, django_user_model, "edna", "editor")
+    page.get_by_role("link", name="New pipeline").click()
+    expect(page.locator("h1")).to_have_text("New pipeline")
+    page.get_by_label("Name", exact=True).fill("refunds")
+    page.get_by_label("Kafka connection", exact=True).select_option("events")
+    page.get_by_label("Topics", exact=True).fill("refunds, not a topic!")
+    page.get_by_label("Schema", exact=True).fill("id STRING, amount DOUBLE")
+    page.get_by_label("Starting offsets", exact=True).fill("earliest")
+    page.get_by_label("Postgres connection", exact=True).select_option("warehouse")
+    page.get_by_label("Table", exact=True).fill("refunds")
+    page.get_by_label("Mode", exact=True).select_option("upsert")  # and no key columns: a mistake
+    page.get_by_label("Restart policy", exact=True).select_option("fixed-delay")
+    page.get_by_label("Attempts", exact=True).fill("5")
+    expect(
+        page.get_by_label("Max backoff (s)", exact=True)
+    ).to_be_hidden()  # another policy's field
+    page.get_by_role("button", name="Create").click()
+
+    # Not saved; each problem sits under its own field, and what was typed is still there.
+    expect(page.locator("div.error")).to_contain_text("Not saved")
+    expect(field(page, "Topics").locator(".field-errors")).to_contain_text("not a topic!")
+    expect(field(page, "Key columns").locator(".field-errors")).to_contain_text("upsert")
+    expect(page.get_by_label("Schema", exact=True)).to_have_value("id STRING, amount DOUBLE")
+    expect(page.get_by_label("Attempts", exact=True)).to_have_value("5")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "pipeline-form-errors.png"), full_page=True)
+
+    page.get_by_label("Topics", exact=True).fill("refunds")
+    page.get_by_label("Key columns", exact=True).fill("id")
+    page.get_by_role("button", name="Create").click()
+    expect(page.locator(".flash-success")).to_contain_text("Pipeline refunds created")
+    expect(page.locator("h1")).to_have_text("refunds")
+
+    page.get_by_role("link", name="Edit definition").click()
+    expect(page.get_by_label("Attempts", exact=True)).to_have_value("5")
+    page.get_by_label("Transform (optional)", exact=True).fill(
+        "SELECT id, amount FROM source WHERE amount > 0"
+    )
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator(".flash-success")).to_contain_text("refunds is at version 2")
+    expect(page.locator("pre.spec")).to_contain_text("WHERE amount > 0")
+
+
+def test_an_admin_adds_a_connection_whose_password_is_never_shown_again(
+    browser, live_server, django_user_model, sink_dsn
+):
+    page = sign_in(browser, live_server, django_user_model, "ada", "admin")
+    page.get_by_role("link", name="Connections").click()
+    page.get_by_role("link", name="New Postgres connection").click()
+    page.get_by_label("Name", exact=True).fill("dw")
+    page.get_by_label("DSN", exact=True).fill("mysql://wrong")
+    page.get_by_label("Password", exact=True).fill("typed-Secret-42")
+    page.get_by_role("button", name="Create").click()
+    expect(field(page, "DSN").locator(".field-errors")).to_contain_text("postgresql://")
+    expect(page.get_by_label("Password", exact=True)).to_have_value("")  # never sent back
+    assert "typed-Secret-42" not in page.content()
+
+    page.get_by_label("DSN", exact=True).fill(sink_dsn)
+    page.get_by_label("Password", exact=True).fill("typed-Secret-42")
+    page.get_by_role("button", name="Create").click()
+    expect(page.locator(".flash-success")).to_contain_text("Connection dw created")
+    row = page.locator("tr", has_text="dw")
+    expect(row).to_contain_text("password")  # which secret is set, never its value
+    assert "typed-Secret-42" not in page.content()
+    row.get_by_role("link", name="Edit").click()
+    expect(page.get_by_label("Password", exact=True)).to_have_attribute(
+        "placeholder", "set — leave empty to keep it"
+    )
+    assert "typed-Secret-42" not in page.content()

@@ -1,0 +1,257 @@
+"""Creating and editing pipelines and connections from the browser (the `editor` role).
+
+The same validation and the same services as the API: a problem is shown next to the field
+it concerns and the form keeps what was typed (except passwords, which are never sent back
+to the browser); a pipeline changed by someone else since the form was opened is not
+overwritten (the form carries the version it was made from).
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods
+
+from controlplane.accounts.decorators import role_required
+from controlplane.accounts.roles import EDITOR, VIEWER, has_role
+from controlplane.api.fields import flatten_spec_error
+from controlplane.connections.models import Connection, ConnectionKind
+from controlplane.connections.serializers import ConnectionSerializer
+from jobs.spec import SpecError
+
+from . import forms, services
+from .models import Pipeline
+
+
+def _pipeline_form(request, *, pipeline, values, errors, status=200):
+    kafka = Connection.objects.filter(kind=ConnectionKind.KAFKA).values_list("name", flat=True)
+    postgres = Connection.objects.filter(kind=ConnectionKind.POSTGRES).values_list(
+        "name", flat=True
+    )
+    choices = {"source_connection": list(kafka), "sink_connection": list(postgres)}
+    fields = []
+    for f in forms.PIPELINE_FIELDS:
+        if f.name == "name" and pipeline is not None:
+            continue  # names do not change
+        fields.append(
+            {
+                "f": f,
+                "value": values.get(f.name, ""),
+                "errors": errors.get(f.name, []),
+                "choices": choices.get(f.name, f.choices),
+            }
+        )
+    return render(
+        request,
+        "pipelines/edit.html",
+        {
+            "p": pipeline,
+            "fields": fields,
+            "general": errors.get(forms.GENERAL, []),
+            "version": values.get("version", pipeline.version if pipeline else ""),
+            "restart_kind": values.get("restart_kind") or "",
+        },
+        status=status,
+    )
+
+
+NEW_PIPELINE_DEFAULTS = {
+    "starting_offsets": "latest",
+    "max_records_per_batch": "100000",
+    "fail_on_data_loss": True,
+    "reader": "python",
+    "mode": "append",
+    "interval_seconds": "1",
+    "restart_kind": "exponential-delay",
+}
+
+
+@require_http_methods(["GET", "POST"])
+@role_required(EDITOR)
+def pipeline_new(request):
+    if request.method == "GET":
+        return _pipeline_form(request, pipeline=None, values=NEW_PIPELINE_DEFAULTS, errors={})
+    parsed = forms.pipeline_from_form(request.POST, None)
+    name = parsed.data["name"]
+    errors = _name_errors(name, dict(parsed.errors))
+    if not errors:
+        try:
+            pipeline = services.create_pipeline(
+                name=name,
+                spec_data=parsed.data["spec"],
+                description=parsed.data["description"],
+                user=request.user,
+            )
+        except SpecError as exc:
+            errors = flatten_spec_error(exc, "spec.")
+        except services.Conflict as exc:
+            errors = {"name": [str(exc)]}
+        else:
+            messages.success(request, f"Pipeline {pipeline.name} created (stopped).")
+            return redirect("pipeline", name=pipeline.name)
+    return _pipeline_form(
+        request,
+        pipeline=None,
+        values=request.POST,
+        errors=forms.place_errors(
+            errors, forms.PIPELINE_FIELDS, group=request.POST.get("restart_kind")
+        ),
+        status=400,
+    )
+
+
+def _name_errors(name: str, errors: dict) -> dict:
+    """The new pipeline's name, checked as the API checks it (the model field's rules)."""
+    field = Pipeline._meta.get_field("name")
+    if not name:
+        return {**errors, "name": ["is required"]}
+    try:
+        field.clean(name, None)
+    except ValidationError as exc:
+        return {**errors, "name": list(exc.messages)}
+    return errors
+
+
+@require_http_methods(["GET", "POST"])
+@role_required(EDITOR)
+def pipeline_edit(request, name: str):
+    pipeline = get_object_or_404(Pipeline, name=name)
+    if request.method == "GET":
+        values = forms.pipeline_values(pipeline.name, pipeline.description, pipeline.spec)
+        return _pipeline_form(request, pipeline=pipeline, values=values, errors={})
+    parsed = forms.pipeline_from_form(request.POST, pipeline.spec)
+    errors = dict(parsed.errors)
+    try:
+        read_version = int(request.POST.get("version", ""))
+    except ValueError:
+        read_version = None
+    if read_version is None:
+        errors[forms.GENERAL] = ["the form lost the version it was made from; reload the page"]
+    if not errors:
+        try:
+            services.update_pipeline(
+                pipeline,
+                user=request.user,
+                spec_data=parsed.data["spec"],
+                description=parsed.data["description"],
+                expected_version=read_version,
+            )
+        except SpecError as exc:
+            errors = flatten_spec_error(exc, "spec.")
+        except services.Conflict as exc:
+            errors = {
+                forms.GENERAL: [
+                    f"Not saved: {exc}. Your changes are still below; open the pipeline in"
+                    " another tab to see the other change, then save again."
+                ]
+            }
+        else:
+            pipeline.refresh_from_db()
+            messages.success(request, f"Saved: {pipeline.name} is at version {pipeline.version}.")
+            return redirect("pipeline", name=pipeline.name)
+    return _pipeline_form(
+        request,
+        pipeline=pipeline,
+        values=request.POST,
+        errors=forms.place_errors(
+            errors, forms.PIPELINE_FIELDS, group=request.POST.get("restart_kind")
+        ),
+        status=409 if "Not saved:" in " ".join(errors.get(forms.GENERAL, [])) else 400,
+    )
+
+
+# -- connections --------------------------------------------------------------------------------
+
+
+@role_required(VIEWER)
+def connection_list(request):
+    connections = Connection.objects.prefetch_related("pipelines").order_by("name")
+    return render(
+        request,
+        "connections/list.html",
+        {"connections": connections, "can_edit": has_role(request.user, EDITOR)},
+    )
+
+
+def _connection_form(request, *, connection, kind, values, errors, status=200):
+    stored = set(connection.secret_fields) if connection else set()
+    fields = [
+        {
+            "f": f,
+            "value": values.get(f.name, ""),
+            "errors": errors.get(f.name, []),
+            "choices": f.choices,
+            "is_set": f.kind == "secret" and f.path.split(".", 1)[1] in stored,
+        }
+        for f in forms.CONNECTION_COMMON + forms.CONNECTION_FIELDS.get(kind, [])
+        if not (connection is not None and f.name in ("name", "kind"))
+    ]
+    return render(
+        request,
+        "connections/edit.html",
+        {
+            "c": connection,
+            "kind": kind,
+            "kinds": list(forms.CONNECTION_FIELDS),
+            "fields": fields,
+            "general": errors.get(forms.GENERAL, []),
+            "secrets_set": connection.secret_fields if connection else [],
+        },
+        status=status,
+    )
+
+
+def _save_connection(request, connection, kind):
+    parsed = forms.connection_from_form(request.POST, kind)
+    data = dict(parsed.data)
+    if connection is not None:
+        data.update(name=connection.name, kind=connection.kind)
+    if not data["secrets"]:
+        data.pop("secrets")  # nothing typed: every stored secret stays
+    errors = dict(parsed.errors)
+    if not errors:
+        serializer = ConnectionSerializer(connection, data=data)
+        if serializer.is_valid():
+            with transaction.atomic():
+                saved = serializer.save()
+            verb = "saved" if connection else "created"
+            messages.success(request, f"Connection {saved.name} {verb}.")
+            return redirect("connections")
+        errors = {k: [str(m) for m in v] for k, v in serializer.errors.items()}
+    fields = forms.CONNECTION_COMMON + forms.CONNECTION_FIELDS.get(kind, [])
+    return _connection_form(
+        request,
+        connection=connection,
+        kind=kind,
+        values=forms.without_secrets(request.POST),
+        errors=forms.place_errors(errors, fields),
+        status=400,
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@role_required(EDITOR)
+def connection_new(request):
+    kind = request.POST.get("kind") or request.GET.get("kind") or ConnectionKind.KAFKA
+    if kind not in forms.CONNECTION_FIELDS:
+        kind = ConnectionKind.KAFKA
+    if request.method == "GET":
+        values = {"kind": kind, "security_protocol": "PLAINTEXT"}
+        return _connection_form(request, connection=None, kind=kind, values=values, errors={})
+    return _save_connection(request, None, kind)
+
+
+@require_http_methods(["GET", "POST"])
+@role_required(EDITOR)
+def connection_edit(request, name: str):
+    connection = get_object_or_404(Connection, name=name)
+    if request.method == "GET":
+        values = forms.connection_values(
+            connection.name, connection.kind, connection.description, connection.settings
+        )
+        return _connection_form(
+            request, connection=connection, kind=connection.kind, values=values, errors={}
+        )
+    return _save_connection(request, connection, connection.kind)

@@ -1,0 +1,370 @@
+"""The browser's forms for pipelines and connections: form fields <-> spec or settings, and
+each validation problem placed next to the field it concerns.
+
+Validation itself is the API's (jobs.spec via services, ConnectionSerializer): a form only
+turns text inputs into the JSON they stand for, and the dotted paths of the problems found
+(`source.topics[1]`, `restart_policy.delay_seconds`, `settings.dsn`) back into input names.
+No Django imports: plain data in, plain data out.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs.connections import SASL_MECHANISMS, SECRET_FIELDS, SECURITY_PROTOCOLS
+
+GENERAL = "__all__"  # problems that belong to no single field
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str  # the input's name
+    path: str  # what it edits: a dotted spec path, or "name" / "description"
+    label: str
+    kind: str = "text"  # text | textarea | number | select | checkbox | list | json | secret
+    help: str = ""
+    choices: tuple[str, ...] = ()
+    group: str = ""  # a restart policy kind: shown for that kind only
+
+
+RESTART_KINDS = ("exponential-delay", "fixed-delay", "failure-rate", "none")
+_RESTART_FIELDS = {  # kind: (field, label, help)
+    "fixed-delay": [
+        ("attempts", "Attempts", "restarts before giving up"),
+        ("delay_seconds", "Delay (s)", "between a failure and the restart"),
+    ],
+    "failure-rate": [
+        ("max_failures", "Max failures", "per interval, before giving up"),
+        ("interval_seconds", "Interval (s)", ""),
+        ("delay_seconds", "Delay (s)", "between a failure and the restart"),
+    ],
+    "exponential-delay": [
+        ("initial_backoff_seconds", "Initial backoff (s)", ""),
+        ("max_backoff_seconds", "Max backoff (s)", ""),
+        ("multiplier", "Multiplier", ""),
+        ("jitter", "Jitter", "0 to 1: +/- this share of the backoff"),
+        ("reset_after_seconds", "Reset after (s)", "healthy this long: the backoff starts over"),
+        ("max_attempts", "Max attempts", "empty: unlimited"),
+    ],
+    "none": [],
+}
+
+PIPELINE_FIELDS = [
+    Field("name", "name", "Name", help="lower-case letters, digits and -; cannot change later"),
+    Field("description", "description", "Description"),
+    Field("source_connection", "source.connection", "Kafka connection", "select"),
+    Field("topics", "source.topics", "Topics", "list", "comma-separated"),
+    Field(
+        "schema",
+        "source.schema",
+        "Schema",
+        "textarea",
+        "Spark DDL of the JSON values, e.g. id STRING, amount DOUBLE, ts TIMESTAMP",
+    ),
+    Field(
+        "starting_offsets",
+        "source.starting_offsets",
+        "Starting offsets",
+        "json",
+        'earliest, latest, {"timestamp": "2026-11-21T10:00:00Z"} or'
+        ' {"topic": {"0": 42}}; only for a new checkpoint',
+    ),
+    Field(
+        "max_records_per_batch", "source.max_records_per_batch", "Max records per batch", "number"
+    ),
+    Field(
+        "fail_on_data_loss",
+        "source.fail_on_data_loss",
+        "Fail when unread records are gone",
+        "checkbox",
+        "off: log a warning and resume at the first record still there",
+    ),
+    Field("reader", "source.reader", "Reader", "select", choices=("python", "spark-kafka")),
+    Field(
+        "consumer_group",
+        "source.consumer_group",
+        "Consumer group (optional)",
+        help="mirror committed offsets to this group for lag tools",
+    ),
+    Field(
+        "transform_sql",
+        "transform.sql",
+        "Transform (optional)",
+        "textarea",
+        "one Spark SQL query over the view `source`; empty: the parsed columns as they are",
+    ),
+    Field("sink_connection", "sink.connection", "Postgres connection", "select"),
+    Field("table", "sink.table", "Table", help="table or schema.table; created if missing"),
+    Field("mode", "sink.mode", "Mode", "select", choices=("append", "upsert")),
+    Field("key", "sink.key", "Key columns", "list", "upsert only; comma-separated"),
+    Field("interval_seconds", "trigger.interval_seconds", "Trigger interval (s)", "number"),
+    Field("restart_kind", "restart_policy.kind", "Restart policy", "select", choices=RESTART_KINDS),
+    *[
+        Field(f"restart_{kind}_{name}", f"restart_policy.{name}", label, "number", help, group=kind)
+        for kind, fields in _RESTART_FIELDS.items()
+        for name, label, help in fields
+    ],
+]
+
+KAFKA_FIELDS = [
+    Field(
+        "bootstrap_servers",
+        "settings.bootstrap_servers",
+        "Bootstrap servers",
+        "list",
+        "host:port, comma-separated",
+    ),
+    Field(
+        "security_protocol",
+        "settings.security_protocol",
+        "Security protocol",
+        "select",
+        choices=SECURITY_PROTOCOLS,
+    ),
+    Field(
+        "sasl_mechanism",
+        "settings.sasl_mechanism",
+        "SASL mechanism",
+        "select",
+        choices=("", *SASL_MECHANISMS),
+    ),
+    Field("sasl_username", "settings.sasl_username", "SASL username"),
+    Field("sasl_password", "secrets.sasl_password", "SASL password", "secret"),
+    Field("client_id", "settings.client_id", "Client id"),
+    Field(
+        "ssl_cafile",
+        "settings.ssl_cafile",
+        "CA file",
+        help="a path on the machines that run the jobs",
+    ),
+    Field("ssl_certfile", "settings.ssl_certfile", "Client certificate file"),
+    Field("ssl_keyfile", "settings.ssl_keyfile", "Client key file"),
+    Field("ssl_password", "secrets.ssl_password", "Client key password", "secret"),
+    Field(
+        "ssl_check_hostname",
+        "settings.ssl_check_hostname",
+        "Check the broker's host name",
+        "select",
+        choices=("", "true", "false"),
+    ),
+]
+POSTGRES_FIELDS = [
+    Field(
+        "dsn",
+        "settings.dsn",
+        "DSN",
+        help="postgresql://user@host:port/dbname (a password in it is moved to the secrets)",
+    ),
+    Field("password", "secrets.password", "Password", "secret"),
+]
+CONNECTION_FIELDS = {"kafka": KAFKA_FIELDS, "postgres": POSTGRES_FIELDS}
+CONNECTION_COMMON = [
+    Field("name", "name", "Name", help="pipelines refer to it by this name; cannot change later"),
+    Field("kind", "kind", "Kind", "select", choices=("kafka", "postgres")),
+    Field("description", "description", "Description"),
+]
+
+
+@dataclass
+class Parsed:
+    """What a submitted form stands for, and the problems found before any validation."""
+
+    data: dict[str, Any]
+    errors: dict[str, list[str]] = field(default_factory=dict)
+
+    def error(self, name: str, message: str) -> None:
+        self.errors.setdefault(name, []).append(message)
+
+
+def _get(tree: dict, path: str, default: Any = None) -> Any:
+    for part in path.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return default
+        tree = tree[part]
+    return tree
+
+
+def _set(tree: dict, path: str, value: Any) -> None:
+    *parents, last = path.split(".")
+    for part in parents:
+        if not isinstance(tree.get(part), dict):
+            tree[part] = {}
+        tree = tree[part]
+    tree[last] = value
+
+
+def _number(text: str) -> int | float:
+    return int(text) if re.fullmatch(r"[+-]?\d+", text) else float(text)
+
+
+def _value(f: Field, raw: Any, parsed: Parsed) -> Any:
+    """One input's text as the JSON value it stands for; `None` when left empty."""
+    if f.kind == "checkbox":
+        return raw not in (None, "", "off", "false")
+    text = (raw or "").strip() if isinstance(raw, str) or raw is None else raw
+    if text == "":
+        return None
+    if f.kind == "list":
+        return [part.strip() for part in text.split(",") if part.strip()]
+    if f.kind == "number":
+        try:
+            return _number(text)
+        except ValueError:
+            parsed.error(f.name, f"{text!r} is not a number")
+            return None
+    if f.kind == "json":
+        if re.fullmatch(r"[A-Za-z_-]+", text):
+            return text  # earliest, latest: a bare word
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            parsed.error(f.name, f"not a word or JSON: {exc}")
+            return None
+    if f.name == "ssl_check_hostname":
+        return text == "true"
+    return text
+
+
+def pipeline_from_form(post: dict[str, Any], current_spec: dict | None) -> Parsed:
+    """name, description and spec from a submitted pipeline form. Starts from the current
+    spec, so parts the form does not show are kept."""
+    spec = copy.deepcopy(current_spec) if current_spec else {}
+    parsed = Parsed({"spec": spec})
+    kind = (post.get("restart_kind") or "").strip() or None
+    for f in PIPELINE_FIELDS:
+        if f.group or f.name == "restart_kind":
+            continue
+        value = _value(f, post.get(f.name), parsed)
+        if f.path in ("name", "description"):
+            parsed.data[f.path] = value or ""
+        elif f.path == "transform.sql":
+            if value is None:
+                spec.pop("transform", None)
+            else:
+                spec["transform"] = {"sql": value}
+        elif value is None:
+            *parents, last = f.path.split(".")
+            parent = _get(spec, ".".join(parents))
+            if isinstance(parent, dict):
+                parent.pop(last, None)  # the spec's default applies
+        else:
+            _set(spec, f.path, value)
+    if kind is None:
+        spec.pop("restart_policy", None)
+    else:
+        policy: dict[str, Any] = {"kind": kind}
+        for f in PIPELINE_FIELDS:
+            if f.group == kind:
+                value = _value(f, post.get(f.name), parsed)
+                if value is not None:
+                    policy[f.path.split(".", 1)[1]] = value
+        spec["restart_policy"] = policy
+    return parsed
+
+
+def pipeline_values(name: str, description: str, spec: dict) -> dict[str, Any]:
+    """The form's inputs for a stored pipeline (its canonical spec)."""
+    values: dict[str, Any] = {"name": name, "description": description}
+    kind = _get(spec, "restart_policy.kind")
+    for f in PIPELINE_FIELDS:
+        if f.path in ("name", "description"):
+            continue
+        if f.group and f.group != kind:
+            continue
+        values[f.name] = _text(f, _get(spec, f.path))
+    return values
+
+
+def _text(f: Field, value: Any) -> Any:
+    if value is None:
+        return ""
+    if f.kind == "checkbox":
+        return bool(value)
+    if f.kind == "list":
+        return ", ".join(str(v) for v in value)
+    if f.kind == "json":
+        return value if isinstance(value, str) else json.dumps(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def connection_from_form(post: dict[str, Any], kind: str) -> Parsed:
+    """name, kind, description, settings and the secrets to change (a secret left empty is
+    kept, one marked for removal becomes None)."""
+    parsed = Parsed({"settings": {}, "secrets": {}})
+    for f in CONNECTION_COMMON:
+        parsed.data[f.path] = (post.get(f.name) or "").strip()
+    for f in CONNECTION_FIELDS.get(kind, []):
+        section, key = f.path.split(".", 1)
+        if f.kind == "secret":
+            if post.get(f"remove_{f.name}"):
+                parsed.data["secrets"][key] = None
+            elif post.get(f.name):
+                parsed.data["secrets"][key] = post[f.name]  # exactly as typed
+            continue
+        value = _value(f, post.get(f.name), parsed)
+        if value is not None:
+            parsed.data[section][key] = value
+    return parsed
+
+
+def connection_values(name: str, kind: str, description: str, settings: dict) -> dict:
+    """The form's inputs for a stored connection: its settings, never its secrets."""
+    values: dict[str, Any] = {"name": name, "kind": kind, "description": description}
+    for f in CONNECTION_FIELDS.get(kind, []):
+        if f.kind != "secret":
+            values[f.name] = _text(f, _get({"settings": settings}, f.path))
+    return values
+
+
+def without_secrets(post: dict[str, Any]) -> dict[str, Any]:
+    """A submitted connection form to show again: what was typed, minus every secret."""
+    secret_names = {
+        f.name for fields in CONNECTION_FIELDS.values() for f in fields if f.kind == "secret"
+    }
+    return {k: v for k, v in post.items() if k not in secret_names}
+
+
+def place_errors(
+    errors: dict[str, list[str]], fields: list[Field], *, group: str | None = None
+) -> dict[str, list[str]]:
+    """Problems keyed by dotted path (`spec.source.topics[1]`, `settings.dsn`) -> keyed by
+    the input they concern, the rest under GENERAL with their path. Restart policy fields
+    are looked up in the chosen kind's group."""
+    by_path = {}
+    for f in fields:
+        if not f.group or f.group == group:
+            by_path.setdefault(f.path, f.name)
+    placed: dict[str, list[str]] = {}
+    for path, messages in errors.items():
+        clean = re.sub(r"\[[^\]]*\]", "", path.removeprefix("spec.")).strip(".")
+        name, probe = None, clean
+        while probe:
+            if probe in by_path:
+                name = by_path[probe]
+                break
+            probe = probe.rpartition(".")[0]
+        if name is None:
+            placed.setdefault(GENERAL, []).extend(
+                f"{path}: {m}" if path not in ("", GENERAL, "non_field_errors", "detail") else m
+                for m in messages
+            )
+            continue
+        # Say which item or sub-field when the problem is in a part of the input.
+        inner = path.removeprefix("spec.")
+        detail = "" if inner == _path_of(fields, name) else inner
+        placed.setdefault(name, []).extend(f"{detail}: {m}" if detail else m for m in messages)
+    return placed
+
+
+def _path_of(fields: list[Field], name: str) -> str:
+    return next(f.path for f in fields if f.name == name)
+
+
+def secret_fields(kind: str) -> list[str]:
+    return sorted(SECRET_FIELDS.get(kind, ()))

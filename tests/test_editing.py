@@ -1,0 +1,257 @@
+"""Editing pipelines and connections in the browser: form <-> spec, problems next to their
+fields, versions as preconditions, secrets never sent back."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from controlplane.accounts.roles import set_role
+from controlplane.connections.models import Connection
+from controlplane.pipelines import forms
+from controlplane.pipelines.models import Pipeline
+from jobs.spec import parse_spec
+from tests.factories import valid_spec
+
+# -- pure: forms ------------------------------------------------------------------------------
+
+
+def form_for(spec: dict, **changes) -> dict:
+    values = forms.pipeline_values("orders", "", spec)
+    values.update(changes)
+    return {k: v for k, v in values.items() if v not in ("", False)}
+
+
+def test_a_stored_spec_survives_the_round_trip_through_the_form():
+    known = {"events": "kafka", "warehouse": "postgres"}
+    spec = parse_spec(valid_spec(), connections=known).to_dict()
+    parsed = forms.pipeline_from_form(form_for(spec), spec)
+    assert parsed.errors == {}
+    assert parse_spec(parsed.data["spec"], connections=known).to_dict() == spec
+
+
+def test_text_inputs_become_lists_numbers_json_and_a_policy_of_the_chosen_kind():
+    post = {
+        "topics": " a, b ,,c ",
+        "max_records_per_batch": "500",
+        "starting_offsets": '{"timestamp": "2026-11-21T10:00:00Z"}',
+        "restart_kind": "failure-rate",
+        "restart_failure-rate_max_failures": "3",
+        "restart_fixed-delay_attempts": "9",  # another kind's field: ignored
+        "transform_sql": "   ",
+    }
+    spec = forms.pipeline_from_form(post, {"transform": {"sql": "SELECT 1"}}).data["spec"]
+    assert spec["source"]["topics"] == ["a", "b", "c"]
+    assert spec["source"]["max_records_per_batch"] == 500
+    assert spec["source"]["starting_offsets"] == {"timestamp": "2026-11-21T10:00:00Z"}
+    assert spec["restart_policy"] == {"kind": "failure-rate", "max_failures": 3}
+    assert "transform" not in spec  # emptied: no transform
+
+
+def test_inputs_that_are_not_what_they_should_be_are_reported_on_the_input():
+    parsed = forms.pipeline_from_form(
+        {"max_records_per_batch": "lots", "starting_offsets": "{oops"}, None
+    )
+    assert set(parsed.errors) == {"max_records_per_batch", "starting_offsets"}
+    assert "'lots' is not a number" in parsed.errors["max_records_per_batch"][0]
+
+
+def test_problems_are_placed_next_to_the_input_they_concern():
+    placed = forms.place_errors(
+        {
+            "spec.source.topics[1]": ["'bad topic' is not a valid topic name"],
+            "spec.sink.key": ["is required for upsert"],
+            "spec.restart_policy.delay_seconds": ["must be at most 604800"],
+            "spec.source": ["unknown field 'colour'"],
+            "spec": ["must be an object"],
+        },
+        forms.PIPELINE_FIELDS,
+        group="fixed-delay",
+    )
+    assert placed["topics"] == ["source.topics[1]: 'bad topic' is not a valid topic name"]
+    assert placed["key"] == ["is required for upsert"]
+    assert placed["restart_fixed-delay_delay_seconds"] == ["must be at most 604800"]
+    assert placed[forms.GENERAL] == [
+        "spec.source: unknown field 'colour'",
+        "spec: must be an object",
+    ]
+
+
+def test_a_connection_form_keeps_secrets_out_of_what_is_shown_again():
+    post = {
+        "name": "k",
+        "bootstrap_servers": "a:1",
+        "sasl_password": "hunter2",
+        "ssl_password": "x",
+    }
+    parsed = forms.connection_from_form(post, "kafka")
+    assert parsed.data["secrets"] == {"sasl_password": "hunter2", "ssl_password": "x"}
+    assert parsed.data["settings"] == {"bootstrap_servers": ["a:1"]}
+    assert "hunter2" not in str(forms.without_secrets(post))
+    removed = forms.connection_from_form({"remove_password": "on"}, "postgres")
+    assert removed.data["secrets"] == {"password": None}
+
+
+# -- pages --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def editor(django_user_model) -> Client:
+    user = django_user_model.objects.create_user(username="ed")
+    set_role(user, "editor")
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def field_errors(html: str, name: str) -> str:
+    match = re.search(rf'<ul class="field-errors" id="e-{re.escape(name)}">(.*?)</ul>', html, re.S)
+    return match.group(1) if match else ""
+
+
+def new_pipeline_post(**changes) -> dict:
+    post = {
+        "name": "payments",
+        "description": "card payments",
+        "source_connection": "events",
+        "topics": "payments",
+        "schema": "id STRING, amount DOUBLE",
+        "starting_offsets": "earliest",
+        "max_records_per_batch": "1000",
+        "fail_on_data_loss": "on",
+        "reader": "python",
+        "transform_sql": "SELECT id, amount FROM source WHERE amount > 0",
+        "sink_connection": "warehouse",
+        "table": "payments",
+        "mode": "append",
+        "interval_seconds": "2",
+        "restart_kind": "fixed-delay",
+        "restart_fixed-delay_attempts": "4",
+    }
+    post.update(changes)
+    return {k: v for k, v in post.items() if v is not None}
+
+
+def test_an_editor_creates_a_pipeline_from_the_form(editor, kafka_connection, postgres_connection):
+    page = editor.get(reverse("pipeline-new")).content.decode()
+    assert '<option value="events">' in page and '<option value="warehouse">' in page
+    response = editor.post(reverse("pipeline-new"), new_pipeline_post())
+    assert response.status_code == 302
+    assert response["Location"] == reverse("pipeline", kwargs={"name": "payments"})
+    created = Pipeline.objects.get(name="payments")
+    assert (created.version, created.desired_state, created.description) == (
+        1,
+        "stopped",
+        "card payments",
+    )
+    assert created.spec["source"]["topics"] == ["payments"]
+    assert created.spec["restart_policy"]["attempts"] == 4
+    assert created.spec["restart_policy"]["delay_seconds"] == 1  # the policy's default
+
+
+def test_a_bad_pipeline_form_shows_each_problem_at_its_field_and_keeps_the_input(
+    editor, kafka_connection, postgres_connection
+):
+    post = new_pipeline_post(
+        name="Bad Name!",
+        topics="ok, not a topic",
+        schema="id STRNG",
+        mode="upsert",  # without key columns
+        max_records_per_batch="0",
+        transform_sql="SELECT nope FROM source",
+    )
+    response = editor.post(reverse("pipeline-new"), post)
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "lower-case letters" in field_errors(html, "name")
+    assert Pipeline.objects.filter(name="payments").count() == 0
+    # The name is checked first; with a good one the spec's problems show, each at its input.
+    response = editor.post(reverse("pipeline-new"), {**post, "name": "payments"})
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "not a topic" in field_errors(html, "topics")
+    assert field_errors(html, "schema")
+    assert field_errors(html, "key") or field_errors(html, "mode")
+    assert field_errors(html, "max_records_per_batch")
+    assert 'value="ok, not a topic"' in html  # what was typed is still there
+    assert "SELECT nope FROM source</textarea>" in html
+    assert not Pipeline.objects.filter(name="payments").exists()
+
+
+def test_editing_makes_a_new_version_and_a_stale_form_does_not_overwrite(editor, pipeline):
+    form = editor.get(reverse("pipeline-edit", kwargs={"name": "orders"})).content.decode()
+    assert 'name="version" value="1"' in form
+    stored = Pipeline.objects.get(name="orders")
+    post = {
+        **form_for(stored.spec, transform_sql="SELECT id, amount, ts FROM source"),
+        "version": "1",
+        "description": "edited",
+    }
+    post.pop("name")
+    response = editor.post(reverse("pipeline-edit", kwargs={"name": "orders"}), post)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    stored.refresh_from_db()
+    assert (stored.version, stored.description) == (2, "edited")
+    assert stored.spec["transform"]["sql"] == "SELECT id, amount, ts FROM source"
+    # The same form again (made from version 1): refused, nothing written, input kept.
+    post["transform_sql"] = "SELECT id FROM source"
+    response = editor.post(reverse("pipeline-edit", kwargs={"name": "orders"}), post)
+    assert response.status_code == 409
+    assert "is at version 2, not 1" in response.content.decode()
+    assert "SELECT id FROM source</textarea>" in response.content.decode()
+    stored.refresh_from_db()
+    assert stored.version == 2
+
+
+def test_connections_are_listed_without_their_secrets(editor, db):
+    editor.post(
+        reverse("connection-new"),
+        {"kind": "postgres", "name": "dw", "dsn": "postgresql://app:s3cret-pw@db:5432/dw"},
+    )
+    stored = Connection.objects.get(name="dw")
+    assert stored.settings == {"dsn": "postgresql://app@db:5432/dw"}
+    assert stored.get_secrets() == {"password": "s3cret-pw"}
+    page = editor.get(reverse("connections")).content.decode()
+    assert "dw" in page and "password" in page and "s3cret-pw" not in page
+    form = editor.get(reverse("connection-edit", kwargs={"name": "dw"})).content.decode()
+    assert "s3cret-pw" not in form and "set — leave empty to keep it" in form
+
+
+def test_a_bad_connection_form_names_the_field_and_never_echoes_a_password(editor, db):
+    response = editor.post(
+        reverse("connection-new"),
+        {
+            "kind": "kafka",
+            "name": "broker",
+            "bootstrap_servers": "good:9092, no-port",
+            "security_protocol": "SASL_SSL",
+            "sasl_password": "typed-secret-123",
+        },
+    )
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "no-port" in field_errors(html, "bootstrap_servers")
+    assert "required" in field_errors(html, "sasl_mechanism")
+    assert "typed-secret-123" not in html
+    assert 'value="good:9092, no-port"' in html
+    assert not Connection.objects.filter(name="broker").exists()
+
+
+def test_saving_a_connection_without_typing_its_password_keeps_it(editor, db):
+    editor.post(
+        reverse("connection-new"),
+        {"kind": "postgres", "name": "dw", "dsn": "postgresql://app@db:5432/dw", "password": "pw1"},
+    )
+    url = reverse("connection-edit", kwargs={"name": "dw"})
+    response = editor.post(url, {"dsn": "postgresql://app@db2:5432/dw", "description": "moved"})
+    assert response.status_code == 302
+    stored = Connection.objects.get(name="dw")
+    assert (stored.settings["dsn"], stored.get_secrets()) == (
+        "postgresql://app@db2:5432/dw",
+        {"password": "pw1"},
+    )
+    editor.post(url, {"dsn": "postgresql://app@db2:5432/dw", "remove_password": "on"})
+    assert Connection.objects.get(name="dw").get_secrets() == {}
