@@ -227,3 +227,35 @@ def test_demanding_the_jvm_writer_where_it_cannot_connect_is_an_error(spark):
     finally:
         spark.conf.unset(WRITER_CONF)
     assert JvmWriter.create(spark, sink) is None  # auto: the Python writer
+
+
+@pytest.mark.spark
+def test_connections_kept_between_batches_are_reused_and_replaced_once_broken(spark, sink_dsn):
+    """The executors keep idle connections between tasks; one the server closed (a restart
+    of the sink database, a failover) is noticed and replaced, not used."""
+    frame = spark.createDataFrame(rows_for_every_type(), SCHEMA).repartition(2)
+    names = [name for name, _ in TYPES]
+    sink = new_sink(sink_dsn, f"t_{uuid.uuid4().hex[:8]}")
+    writer = JvmWriter.create(spark, sink)
+    app = f"cp:{sink.pipeline}"
+
+    def backends():
+        with psycopg.connect(sink_dsn) as conn:
+            return {
+                pid
+                for (pid,) in conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,)
+                )
+            }
+
+    assert writer.write(for_jvm(frame), 0, names) == (301, 0)
+    kept = backends()
+    assert kept  # idle between batches, not closed
+    assert writer.write(for_jvm(frame), 1, names) == (301, 0)
+    assert backends() == kept  # the same connections served the next batch
+    with psycopg.connect(sink_dsn) as conn:
+        for pid in kept:
+            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    assert writer.write(for_jvm(frame), 2, names) == (301, 0)
+    assert backends() and not backends() & kept
+    assert len(stored(sink_dsn, sink.table)) == 3 * 301

@@ -115,7 +115,39 @@ public final class PgCopyWriter
     return total;
   }
 
+  // Idle connections kept in the executor's JVM between tasks (opening one costs more than a
+  // small partition's COPY): at most MAX_IDLE in all, none idle longer than IDLE_MILLIS, each
+  // checked before reuse; a connection that failed is closed, never kept.
+  private static final int MAX_IDLE = 8;
+  private static final long IDLE_MILLIS = 60_000;
+  private static final java.util.ArrayDeque<Object[]> IDLE = new java.util.ArrayDeque<>();
+
+  private String poolKey() {
+    return url + "\u0000" + new java.util.TreeMap<>(properties);
+  }
+
   Connection connect() throws SQLException {
+    String key = poolKey();
+    while (true) {
+      Connection idle = null;
+      synchronized (IDLE) {
+        for (Iterator<Object[]> it = IDLE.iterator(); it.hasNext(); ) {
+          Object[] entry = it.next();
+          if (entry[0].equals(key)) {
+            it.remove();
+            idle = (Connection) entry[1];
+            break;
+          }
+        }
+      }
+      if (idle == null) {
+        break;
+      }
+      if (idle.isValid(2)) {
+        return idle;
+      }
+      closeQuietly(idle);
+    }
     Properties props = new Properties();
     props.putAll(properties);
     // The driver itself, not DriverManager: Spark loads this jar in a child class loader.
@@ -126,19 +158,45 @@ public final class PgCopyWriter
     return conn;
   }
 
+  private void release(Connection conn) {
+    long now = System.currentTimeMillis();
+    List<Connection> expired = new ArrayList<>();
+    synchronized (IDLE) {
+      IDLE.addFirst(new Object[] {poolKey(), conn, now});
+      while (IDLE.size() > MAX_IDLE
+          || (!IDLE.isEmpty() && now - (Long) IDLE.peekLast()[2] > IDLE_MILLIS)) {
+        expired.add((Connection) IDLE.pollLast()[1]);
+      }
+    }
+    expired.forEach(PgCopyWriter::closeQuietly);
+  }
+
+  private static void closeQuietly(Connection conn) {
+    try {
+      conn.close();
+    } catch (SQLException ignored) {
+      // already broken: nothing to release
+    }
+  }
+
   @Override
   public Iterator<long[]> call(Iterator<InternalRow> rows) throws Exception {
     int part = TaskContext.getPartitionId();
-    try (Connection conn = connect()) {
+    Connection conn = connect();
+    try {
       conn.setAutoCommit(false);
+      long[] result = writePartition(conn, part, rows);
+      conn.commit();
+      release(conn);
+      return Collections.singletonList(result).iterator();
+    } catch (Exception e) {
       try {
-        long[] result = writePartition(conn, part, rows);
-        conn.commit();
-        return Collections.singletonList(result).iterator();
-      } catch (Exception e) {
         conn.rollback();
-        throw e;
+      } catch (SQLException ignored) {
+        // the connection is gone; closing it below is all that is left
       }
+      closeQuietly(conn);
+      throw e;
     }
   }
 

@@ -125,6 +125,7 @@ class JvmWriter:
         self.sink = sink
         self.url, self.properties = target
         self.properties.setdefault("ApplicationName", f"cp:{sink.pipeline}")
+        self._targets: dict[tuple, dict | None] = {}
 
     @classmethod
     def create(cls, spark, sink: PostgresSink) -> JvmWriter | None:
@@ -162,6 +163,41 @@ class JvmWriter:
         column has no encoding for its target column (the caller then writes from Python)."""
         fields = {f.name: f.dataType for f in frame.schema.fields}
         names = frame.columns
+        types = tuple(fields[c].simpleString() for c in columns)
+        key = (tuple(columns), types)
+        if key not in self._targets:
+            # The target's column types and the statements, once per frame shape (a batch's
+            # driver work stays small); forgotten if a write fails (a changed table).
+            self._targets[key] = self._target(columns, types)
+        target = self._targets[key]
+        if target is None:
+            return None
+        config = {
+            **target,
+            "url": self.url,
+            "properties": self.properties,
+            "pipeline": self.sink.pipeline,
+            "stream_id": self.sink.stream_id,
+            "batch_id": batch_id,
+            "ordinals": [names.index(c) for c in columns],
+            "decimal_precisions": [getattr(fields[c], "precision", 0) for c in columns],
+            "decimal_scales": [getattr(fields[c], "scale", 0) for c in columns],
+            "bad_ordinal": names.index(bad_column) if bad_column else -1,
+            "dead_ordinals": [names.index(c) for c in dead_letter_columns or ()],
+            "parse_error": parse_error,
+            "empty_value_error": empty_value_error,
+        }
+        writer = self.spark._jvm.controlplane.spark.PgCopyWriter
+        try:
+            rows, dead = writer.write(frame._jdf, json.dumps(config))
+        except Exception:
+            self._targets.pop(key, None)
+            raise
+        return int(rows), int(dead)
+
+    def _target(self, columns: Sequence[str], types: Sequence[str]) -> dict | None:
+        """Encodings and statements for writing `columns` (of these Spark types) into the
+        target, or None if a column has no encoding for its target column."""
         with self.sink.connect() as conn:
             target = _table_ident(self.sink.table)
             cur = conn.execute(
@@ -170,38 +206,20 @@ class JvmWriter:
                 )
             )
             oids = [d.type_code for d in cur.description]
-            encodings = [
-                column_encoding(fields[c].simpleString(), oid)
-                for c, oid in zip(columns, oids, strict=True)
-            ]
+            encodings = [column_encoding(t, oid) for t, oid in zip(types, oids, strict=True)]
             if None in encodings:
                 bad = [c for c, e in zip(columns, encodings, strict=True) if e is None]
                 log.info("JVM writer: no binary encoding for columns %s; writing from Python", bad)
                 return None
-            config = {
-                "url": self.url,
-                "properties": self.properties,
-                "pipeline": self.sink.pipeline,
-                "stream_id": self.sink.stream_id,
-                "batch_id": batch_id,
+            return {
+                "encodings": encodings,
                 "claim_sql": _jdbc(PostgresSink.CLAIM, conn),
                 "rows_sql": _jdbc(PostgresSink.PART_ROWS, conn),
                 "dead_letter_sql": _jdbc(PostgresSink.DEAD_LETTER, conn),
                 "copy_sql": sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT binary)")
                 .format(target, sql.SQL(", ").join(map(sql.Identifier, columns)))
                 .as_string(conn),
-                "ordinals": [names.index(c) for c in columns],
-                "encodings": encodings,
-                "decimal_precisions": [getattr(fields[c], "precision", 0) for c in columns],
-                "decimal_scales": [getattr(fields[c], "scale", 0) for c in columns],
-                "bad_ordinal": names.index(bad_column) if bad_column else -1,
-                "dead_ordinals": [names.index(c) for c in dead_letter_columns or ()],
-                "parse_error": parse_error,
-                "empty_value_error": empty_value_error,
             }
-        writer = self.spark._jvm.controlplane.spark.PgCopyWriter
-        rows, dead = writer.write(frame._jdf, json.dumps(config))
-        return int(rows), int(dead)
 
 
 def _class_loaded(spark) -> bool:
