@@ -90,7 +90,7 @@ _PERMANENT = [
         ),
         "a definition error (Spark cannot analyse the transform)",
     ),
-    (re.compile(r"\b(SpecError|MixedWritesError)\b"), "a definition error"),
+    (re.compile(r"\b(SpecError|MixedWritesError|SinkRefused)\b"), "a definition error"),
     (
         re.compile(
             r"password authentication failed|SaslAuthenticationFailed|SASL authentication", re.I

@@ -6,10 +6,22 @@ the defaults are the embedded development stack that `./stack up` starts under v
 
 from __future__ import annotations
 
+import re
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
-from .env import env_bool, env_float, env_int, env_list, env_str, parse_database_url
+from csp.constants import NONCE, NONE, SELF
+
+from .env import (
+    ImproperlyConfiguredEnv,
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+    parse_database_url,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("CONTROLPLANE_VAR_DIR", str(BASE_DIR / "var")))
@@ -29,8 +41,18 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
-# Connection secrets are encrypted with this key; it defaults to one derived from SECRET_KEY.
+# Connection secrets are encrypted with keys of their own (controlplane/crypto.py), never
+# derived from SECRET_KEY: CONTROLPLANE_SECRETS_KEY (comma-separated, newest first), or a key
+# file generated once (mode 0600) and rotated with `manage.py rotate_secrets_key`.
 CONTROLPLANE_SECRETS_KEY = env_str("CONTROLPLANE_SECRETS_KEY", None)
+CONTROLPLANE_SECRETS_KEY_FILE = Path(
+    env_str("CONTROLPLANE_SECRETS_KEY_FILE", str(VAR_DIR / "secrets.key"))
+)
+# TLS files a connection names (Postgres sslrootcert, Kafka ssl_cafile/ssl_certfile/
+# ssl_keyfile) must be inside this directory; unset: connections may name no TLS file.
+CONTROLPLANE_CERT_DIR = env_str("CONTROLPLANE_CERT_DIR", None)
+# Whether a Postgres connection may use a Unix socket (a host starting with "/").
+CONTROLPLANE_ALLOW_UNIX_SOCKETS = env_bool("CONTROLPLANE_ALLOW_UNIX_SOCKETS", False)
 
 # DEBUG pages show stack traces and settings: never on by default.
 DEBUG = env_bool("DJANGO_DEBUG", False)
@@ -46,6 +68,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "axes",  # sign-in lockout (controlplane.accounts.lockout)
+    "csp",  # Content-Security-Policy header
     "controlplane.accounts",
     "controlplane.connections",
     "controlplane.pipelines",
@@ -53,13 +77,18 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Early: a database that is down makes any later middleware or view fail.
+    "controlplane.middleware.DatabaseUnavailableMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "controlplane.accounts.security.CSPMiddleware",  # CONTENT_SECURITY_POLICY below
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: turns a locked-out sign-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"
@@ -85,6 +114,25 @@ DATABASES = {
     "default": parse_database_url(
         env_str("DATABASE_URL", "postgresql://controlplane@127.0.0.1:55432/controlplane")
     )
+}
+# Every connection to the control plane's database gives up connecting after a few seconds,
+# notices a dead server by TCP keepalives, and stops a statement that waits too long (a lock
+# held by a hung client); DATABASE_URL's own ?options win.
+_DB_STATEMENT_TIMEOUT_MS = int(
+    1000 * env_float("CONTROLPLANE_DB_STATEMENT_TIMEOUT", 60.0, minimum=0.0)
+)
+DATABASES["default"]["OPTIONS"] = {
+    "connect_timeout": env_int("CONTROLPLANE_DB_CONNECT_TIMEOUT", 5, minimum=1),
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+    **(
+        {"options": f"-c statement_timeout={_DB_STATEMENT_TIMEOUT_MS}"}
+        if _DB_STATEMENT_TIMEOUT_MS
+        else {}
+    ),
+    **DATABASES["default"]["OPTIONS"],
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -145,6 +193,15 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A broker that is down or paused costs seconds, never a hung process: sending a task (done
+# off the request path, see tasks.nudge) and the worker's own connection time out.
+CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CONTROLPLANE_BROKER_TIMEOUT", 5.0, minimum=0.5)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "socket_timeout": CELERY_BROKER_CONNECTION_TIMEOUT,
+    "socket_connect_timeout": CELERY_BROKER_CONNECTION_TIMEOUT,
+    "socket_keepalive": True,
+    "health_check_interval": 10,
+}
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CONTROLPLANE_RECONCILE_SECONDS = env_float("CONTROLPLANE_RECONCILE_SECONDS", 5.0, minimum=0.5)
@@ -201,10 +258,19 @@ CONTROLPLANE_CHECKPOINT_ROOT = Path(
     env_str("CONTROLPLANE_CHECKPOINT_ROOT", str(VAR_DIR / "checkpoints"))
 )
 CONTROLPLANE_RUNS_ROOT = Path(env_str("CONTROLPLANE_RUNS_ROOT", str(VAR_DIR / "runs")))
-SPARK_MASTER = env_str("SPARK_MASTER", "local[2]")
+# local[2,4]: two cores, and a failed task is tried up to 4 times (plain local[2] tries once),
+# so a sink write broken by a database restart is retried by Spark, not fatal to the batch.
+SPARK_MASTER = env_str("SPARK_MASTER", "local[2,4]")
 SPARK_DRIVER_MEMORY = env_str("SPARK_DRIVER_MEMORY", "1g")
 # The spark-submit to launch drivers with; empty: the one shipped with pip's pyspark.
 SPARK_SUBMIT = env_str("SPARK_SUBMIT", "")
+# The driver's Spark UI (and RPC endpoint) listen on this address (SPARK_LOCAL_IP in the
+# driver's environment): loopback by default. "*": Spark's own default, every interface.
+CONTROLPLANE_SPARK_UI_HOST = env_str("CONTROLPLANE_SPARK_UI_HOST", "127.0.0.1")
+CONTROLPLANE_SPARK_UI_ENABLED = env_bool("CONTROLPLANE_SPARK_UI_ENABLED", True)
+# Drivers get a minimal environment (launcher.DRIVER_ENV); these variables (names, or
+# prefixes ending in "*") are passed on as well. Never the control plane's own secrets.
+CONTROLPLANE_DRIVER_ENV = env_list("CONTROLPLANE_DRIVER_ENV", [])
 # A graceful stop that has not finished after this long is turned into a kill.
 CONTROLPLANE_STOP_TIMEOUT = env_float("CONTROLPLANE_STOP_TIMEOUT", 60.0, minimum=1.0)
 # Where drivers send heartbeats and progress (as seen from the driver's host).
@@ -218,3 +284,73 @@ CONTROLPLANE_HEARTBEAT_TIMEOUT = env_float("CONTROLPLANE_HEARTBEAT_TIMEOUT", 30.
 CONTROLPLANE_STALL_SECONDS = env_float("CONTROLPLANE_STALL_SECONDS", 60.0, minimum=15.0)
 # How long a new driver may take to send its first heartbeat (Spark's start-up included).
 CONTROLPLANE_STARTUP_GRACE = env_float("CONTROLPLANE_STARTUP_GRACE", 120.0, minimum=1.0)
+
+# --- Sign-in and browser security (docs/security.md) ---------------------------------------
+# Lockout of repeated failed sign-ins on /login/ and /admin/login/ (django-axes): a user name
+# is locked at one client address after CONTROLPLANE_LOGIN_FAILURE_LIMIT failures, an address
+# for every user name after CONTROLPLANE_LOGIN_IP_FAILURE_LIMIT (0: no such limit), until
+# CONTROLPLANE_LOGIN_COOLOFF_MINUTES have passed since the last failure (0: until an admin
+# runs `manage.py axes_reset_username NAME` / `axes_reset_ip ADDRESS` / `axes_reset`).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out client
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("CONTROLPLANE_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+CONTROLPLANE_LOGIN_IP_FAILURE_LIMIT = env_int("CONTROLPLANE_LOGIN_IP_FAILURE_LIMIT", 50, minimum=0)
+_cooloff_minutes = env_float("CONTROLPLANE_LOGIN_COOLOFF_MINUTES", 15.0, minimum=0.0)
+AXES_COOLOFF_TIME = timedelta(minutes=_cooloff_minutes) if _cooloff_minutes else None
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_HANDLER = "controlplane.accounts.lockout.LoginLockoutHandler"
+AXES_LOCKOUT_CALLABLE = "controlplane.accounts.lockout.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "controlplane.accounts.security.client_ip"
+AXES_RESET_ON_SUCCESS = True  # a user who mistyped and then got it right starts afresh
+AXES_VERBOSE = False
+# Reverse proxies in front of the web app that append to X-Forwarded-For (0: none, the
+# client's address is REMOTE_ADDR). Lockouts and API throttles count per that address.
+CONTROLPLANE_PROXY_COUNT = env_int("CONTROLPLANE_PROXY_COUNT", 0, minimum=0)
+
+# Refused API tokens per client address (controlplane.accounts.throttles): past the rate, 429.
+_bad_token_rate = env_str("CONTROLPLANE_API_BAD_TOKEN_RATE", "20/min")
+if _bad_token_rate.lower() == "off":
+    _bad_token_rate = None
+elif not re.fullmatch(r"[1-9]\d*/(s|sec|m|min|h|hour|d|day)", _bad_token_rate):
+    raise ImproperlyConfiguredEnv(
+        f"CONTROLPLANE_API_BAD_TOKEN_RATE={_bad_token_rate!r} is not a rate like 20/min (or off)"
+    )
+REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"] = {"bad_token": _bad_token_rate}
+REST_FRAMEWORK["NUM_PROXIES"] = CONTROLPLANE_PROXY_COUNT
+# Throttle counters: per web process by default; a redis:// URL shares them between processes.
+_security_cache_url = env_str("CONTROLPLANE_SECURITY_CACHE_URL", None)
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "security": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _security_cache_url}
+        if _security_cache_url
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "security"}
+    ),
+}
+# Failed sign-ins, lockouts and refused tokens are logged by controlplane.security; axes' own
+# lines would repeat them.
+LOGGING["loggers"]["axes"] = {"level": "ERROR"}
+
+# Content-Security-Policy (django-csp): scripts and styles only from this site's own files,
+# no inline script, no style attribute, no plugin, no framing, forms post only here. A
+# template that really needs an inline script gives it nonce="{{ request.csp_nonce }}".
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF, NONCE],
+        "style-src": [SELF, NONCE],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
+if _csp_report_uri := env_str("CONTROLPLANE_CSP_REPORT_URI", None):
+    CONTENT_SECURITY_POLICY["DIRECTIVES"]["report-uri"] = [_csp_report_uri]
+if env_bool("CONTROLPLANE_CSP_REPORT_ONLY", False):
+    # Report what would be blocked without blocking it (while rolling out a change).
+    CONTENT_SECURITY_POLICY_REPORT_ONLY = CONTENT_SECURITY_POLICY
+    CONTENT_SECURITY_POLICY = None

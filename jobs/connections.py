@@ -7,10 +7,12 @@ a connection into client arguments inside the Spark job. Plain Python, no Django
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 from .spec.validate import FieldError, Section, SpecError
 
@@ -35,23 +37,26 @@ POSTGRES_SECRETS = {"password"}
 SECRET_FIELDS = {"kafka": KAFKA_SECRETS, "postgres": POSTGRES_SECRETS}
 
 _HOST_PORT_RE = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
+_HOST_RE = re.compile(r"^([0-9a-fA-F:]+|[A-Za-z0-9._-]+)$")
 
 
 def validate_connection(
-    kind: str, settings: Any, secrets: Any
+    kind: str, settings: Any, secrets: Any, policy: ConnectionPolicy | None = None
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Clean `settings` and `secrets` for a connection of `kind`, or raise SpecError.
 
     A password embedded in a Postgres DSN is moved into the secrets, so the stored DSN can
-    be shown to anyone who may read the connection.
+    be shown to anyone who may read the connection. `policy`: what this installation allows
+    (TLS files from one directory, Unix sockets); the default allows neither.
     """
+    policy = policy or ConnectionPolicy()
     errors: list[FieldError] = []
     if kind not in KINDS:
         raise SpecError([FieldError("kind", f"must be one of {', '.join(KINDS)}; got {kind!r}")])
     if kind == "kafka":
-        clean, clean_secrets = _kafka(errors, settings, secrets)
+        clean, clean_secrets = _kafka(errors, settings, secrets, policy)
     else:
-        clean, clean_secrets = _postgres(errors, settings, secrets)
+        clean, clean_secrets = _postgres(errors, settings, secrets, policy)
     if errors:
         raise SpecError(errors)
     return clean, clean_secrets
@@ -71,7 +76,7 @@ def _secrets(errors: list[FieldError], data: Any, allowed: set[str]) -> dict[str
     return out
 
 
-def _kafka(errors: list[FieldError], data: Any, secrets: Any):
+def _kafka(errors: list[FieldError], data: Any, secrets: Any, policy: ConnectionPolicy):
     s = Section(errors, "settings", data, KAFKA_SETTINGS)
     servers = s.get("bootstrap_servers")
     if isinstance(servers, str):
@@ -89,10 +94,16 @@ def _kafka(errors: list[FieldError], data: Any, secrets: Any):
     mechanism = s.string("sasl_mechanism", None, choices=SASL_MECHANISMS)
     username = s.string("sasl_username", None)
     clean: dict[str, Any] = {"bootstrap_servers": servers, "security_protocol": protocol}
-    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "client_id"):
+    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
         value = s.string(name, None)
         if value is not None:
-            clean[name] = value
+            try:
+                clean[name] = cert_path(value, policy, name)
+            except ValueError as exc:
+                s.error(name, str(exc).removeprefix(f"{name}: "))
+    client_id = s.string("client_id", None)
+    if client_id is not None:
+        clean["client_id"] = client_id
     check_hostname = s.boolean("ssl_check_hostname", None)
     if check_hostname is not None:
         clean["ssl_check_hostname"] = check_hostname
@@ -108,27 +119,155 @@ def _kafka(errors: list[FieldError], data: Any, secrets: Any):
     return clean, clean_secrets
 
 
-def _postgres(errors: list[FieldError], data: Any, secrets: Any):
+# What a Postgres DSN may say. Everything else libpq understands is refused by name: several
+# parameters read or write local files (passfile, sslkey, sslcert, sslkeylogfile, service),
+# others reroute the connection (hostaddr, a host list, a Unix socket directory) or would let
+# a spec reach the control plane's own database or the host it runs on.
+POSTGRES_DSN_PARAMS = (
+    "sslmode",
+    "sslrootcert",
+    "connect_timeout",
+    "application_name",
+    "options",
+)
+SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+# `options` may only set the search_path: `-c search_path=a,b`.
+_OPTIONS_RE = re.compile(r"^-c\s*search_path=[A-Za-z_][A-Za-z0-9_$]*(,[A-Za-z_][A-Za-z0-9_$]*)*$")
+_APPLICATION_NAME_RE = re.compile(r"^[\x20-\x7e]{1,63}$")
+# Every connection the control plane or a job opens to a Postgres target: nothing is read from
+# the host's own files (~/.pgpass, ~/.postgresql/postgresql.crt, Kerberos caches), and a dead
+# peer is noticed by TCP keepalives instead of a connection hanging forever.
+CONNECT_DEFAULTS = {
+    "connect_timeout": "10",
+    "passfile": os.devnull,
+    "sslcertmode": "disable",
+    "gssencmode": "disable",
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+}
+
+
+@dataclass(frozen=True)
+class ConnectionPolicy:
+    """What the operator of this control plane allows connections to use. `cert_dir`: the
+    directory that TLS files (sslrootcert, Kafka's ssl_*file) must come from; None: no TLS
+    files at all. `allow_unix_sockets`: whether a Postgres host may be a socket directory."""
+
+    cert_dir: str | None = None
+    allow_unix_sockets: bool = False
+
+
+def _postgres(errors: list[FieldError], data: Any, secrets: Any, policy: ConnectionPolicy):
     s = Section(errors, "settings", data, POSTGRES_SETTINGS)
     clean_secrets = _secrets(errors, secrets, POSTGRES_SECRETS)
     dsn = s.string("dsn")
     if dsn is None:
         return {}, clean_secrets
+    try:
+        params = parse_postgres_dsn(dsn, policy)
+    except ValueError as exc:
+        s.error("dsn", str(exc))
+        return {}, clean_secrets
+    if params.get("password") is not None:
+        clean_secrets.setdefault("password", params["password"])
+    return {"dsn": strip_password(dsn)}, clean_secrets
+
+
+def parse_postgres_dsn(dsn: str, policy: ConnectionPolicy | None = None) -> dict[str, str]:
+    """The libpq parameters a postgresql:// URL names, checked against the allow-list; raises
+    ValueError with a message naming the problem (for `settings.dsn`)."""
+    policy = policy or ConnectionPolicy()
     parts = urlsplit(dsn)
     if parts.scheme not in ("postgresql", "postgres"):
-        s.error("dsn", "must be a postgresql://user@host:port/dbname URL")
-        return {}, clean_secrets
-    if not parts.hostname:
-        s.error("dsn", "names no host")
-    if not parts.path.strip("/"):
-        s.error("dsn", "names no database")
+        raise ValueError("must be a postgresql://user@host:port/dbname URL")
+    if parts.fragment:
+        raise ValueError("must not have a #fragment")
+    netloc_host = parts.netloc.rpartition("@")[2]
+    if "," in netloc_host:
+        raise ValueError("names several hosts; give exactly one")
+    if netloc_host.startswith("["):
+        host = netloc_host[1 : netloc_host.find("]")]
+    else:
+        host = unquote(netloc_host.rsplit(":", 1)[0] if ":" in netloc_host else netloc_host)
+    if not host:
+        raise ValueError("names no host")
+    if host.startswith(("/", "@")):
+        if not policy.allow_unix_sockets:
+            raise ValueError(
+                f"host {host!r} is a Unix socket; sockets are not allowed here (an admin "
+                "can allow them with CONTROLPLANE_ALLOW_UNIX_SOCKETS)"
+            )
+    elif not _HOST_RE.match(host):
+        raise ValueError(f"host {host!r} is not a host name or IP address")
     try:
-        parts.port  # noqa: B018 - raises ValueError on a bad port
+        port = parts.port
     except ValueError:
-        s.error("dsn", "has an invalid port")
+        raise ValueError("has an invalid port") from None
+    dbname = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
+    if not dbname:
+        raise ValueError("names no database")
+    if "/" in dbname or "\x00" in dbname:
+        raise ValueError(f"database name {dbname!r} is not valid")
+    out = {"host": host, "port": str(port or 5432), "dbname": dbname}
+    if parts.username:
+        out["user"] = unquote(parts.username)
     if parts.password is not None:
-        clean_secrets.setdefault("password", unquote(parts.password))
-    return {"dsn": strip_password(dsn)}, clean_secrets
+        out["password"] = unquote(parts.password)
+    seen: set[str] = set()
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name in seen:
+            raise ValueError(f"sets the parameter {name!r} twice")
+        seen.add(name)
+        if name in ("host", "hostaddr", "port", "dbname", "user", "password"):
+            raise ValueError(
+                f"parameter {name!r} is not allowed in the query string: give the "
+                "host, port, database and user in the URL itself (postgresql://user@host:port/db)"
+                if name != "password"
+                else "parameter 'password' is not allowed in the URL: use the password secret"
+            )
+        if name not in POSTGRES_DSN_PARAMS:
+            raise ValueError(
+                f"parameter {name!r} is not allowed (allowed: {', '.join(POSTGRES_DSN_PARAMS)})"
+            )
+        out[name] = _postgres_param(name, value, policy)
+    return out
+
+
+def _postgres_param(name: str, value: str, policy: ConnectionPolicy) -> str:
+    if name == "sslmode":
+        if value not in SSL_MODES:
+            raise ValueError(f"sslmode {value!r} is not one of {', '.join(SSL_MODES)}")
+    elif name == "sslrootcert":
+        if value != "system":  # libpq: the operating system's trusted CAs
+            return cert_path(value, policy, "sslrootcert")
+    elif name == "connect_timeout":
+        if not value.isdigit() or not 1 <= int(value) <= 300:
+            raise ValueError("connect_timeout must be a whole number of seconds from 1 to 300")
+    elif name == "application_name":
+        if not _APPLICATION_NAME_RE.match(value):
+            raise ValueError("application_name must be 1-63 printable ASCII characters")
+    elif name == "options" and not _OPTIONS_RE.match(value.strip()):
+        raise ValueError(
+            "options may only set the search_path, e.g. options=-c search_path=sales,public"
+        )
+    return value.strip() if name == "options" else value
+
+
+def cert_path(value: str, policy: ConnectionPolicy, field_name: str) -> str:
+    """A TLS file named by a connection: inside the configured directory, or refused."""
+    if not policy.cert_dir:
+        raise ValueError(
+            f"{field_name}: TLS files are not allowed until an admin sets CONTROLPLANE_CERT_DIR"
+        )
+    base = os.path.realpath(policy.cert_dir)
+    path = os.path.realpath(os.path.join(base, value))
+    if os.path.commonpath([base, path]) != base or path == base:
+        raise ValueError(f"{field_name}: {value!r} is not a file in the certificate directory")
+    if not os.path.isfile(path):
+        raise ValueError(f"{field_name}: {value!r} does not exist in the certificate directory")
+    return path
 
 
 def strip_password(dsn: str) -> str:
@@ -137,18 +276,23 @@ def strip_password(dsn: str) -> str:
     if parts.password is None:
         return dsn
     user = quote(unquote(parts.username or ""), safe="")
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
+    host = parts.netloc.rpartition("@")[2]
     netloc = f"{user}@{host}" if user else host
-    if parts.port:
-        netloc += f":{parts.port}"
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-def postgres_conninfo(settings: Mapping[str, Any], secrets: Mapping[str, str]) -> dict[str, Any]:
-    """Keyword arguments for psycopg.connect(): the DSN plus the password kept apart."""
-    kwargs: dict[str, Any] = {"conninfo": settings["dsn"]}
+def postgres_conninfo(
+    settings: Mapping[str, Any],
+    secrets: Mapping[str, str],
+    policy: ConnectionPolicy | None = None,
+) -> dict[str, Any]:
+    """Keyword arguments for psycopg.connect(): every parameter spelled out (the stored DSN is
+    parsed and checked again against `policy`, so nothing outside the allow-list reaches
+    libpq), the password kept apart, and CONNECT_DEFAULTS where the DSN does not say
+    otherwise. Raises ValueError if the DSN is not allowed (any more)."""
+    params = parse_postgres_dsn(settings["dsn"], policy)
+    params.pop("password", None)
+    kwargs: dict[str, Any] = {**CONNECT_DEFAULTS, **params}
     if secrets.get("password"):
         kwargs["password"] = secrets["password"]
     return kwargs

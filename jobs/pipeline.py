@@ -247,25 +247,13 @@ class BatchWriter:
             transform = self.config.spec.transform
             out = batch.sparkSession.sql(transform.sql) if transform else good
             direct = self.sink.mode == "append" and not shuffles(out)
-            done = None
-            if direct and self.jvm is not None:
-                done = self.jvm.write(for_jvm(out), batch_id, out.columns)
+            done = (
+                self.jvm.write(for_jvm(out), batch_id, out.columns) if direct and self.jvm else None
+            )
             if done is not None:
                 rows, how = done[0], "direct, JVM"
-            elif direct:
-                write = functools.partial(
-                    _write_partition_directly, functools.partial(self.sink.write_part, batch_id)
-                )
-                how = "direct"
             else:
-                self.sink.prepare_stage(batch_id)
-                write = functools.partial(
-                    _write_partition, functools.partial(self.sink.write_stage_part, batch_id)
-                )
-                how = "staged"
-            if done is None:
-                written = for_copy(out).mapInArrow(write, "rows LONG").collect()
-                rows = sum(r.rows for r in written)
+                rows, how = self._write_from_python(out, batch_id, direct)
             dead_rows = dead.toArrow()
             if direct:
                 self.sink.finish_batch(batch_id, rows, dead_letters=dead_rows)
@@ -274,6 +262,21 @@ class BatchWriter:
             return rows, dead_rows.num_rows, how
         finally:
             batch.unpersist()
+
+    def _write_from_python(self, out, batch_id: int, direct: bool) -> tuple[int, str]:
+        """Every task writes its partition from a Python worker: into the target with its
+        marker (direct), or into the batch's stage."""
+        if direct:
+            task, write = _write_partition_directly, self.sink.write_part
+        else:
+            self.sink.prepare_stage(batch_id)
+            task, write = _write_partition, self.sink.write_stage_part
+        written = (
+            for_copy(out)
+            .mapInArrow(functools.partial(task, functools.partial(write, batch_id)), "rows LONG")
+            .collect()
+        )
+        return sum(r.rows for r in written), "direct" if direct else "staged"
 
 
 def stream_id(checkpoint: str) -> str:
@@ -345,9 +348,9 @@ def _split_dead_letters(batch, columns, parse_error):
     return good, letters.append_column("error", error)
 
 
-def for_copy(frame, only=None):
+def for_copy(frame, only=None, *, binary_as_hex: bool = True):
     """The frame as COPY wants it: nested values become JSON text, binary becomes bytea hex
-    (in the given columns, or all of them)."""
+    (in the given columns, or all of them). The JVM writer sends binary as it is."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, BinaryType, MapType, StructType
 
@@ -358,27 +361,15 @@ def for_copy(frame, only=None):
             pass
         elif isinstance(field.dataType, ArrayType | MapType | StructType):
             column = F.to_json(column)
-        elif isinstance(field.dataType, BinaryType):
+        elif binary_as_hex and isinstance(field.dataType, BinaryType):
             column = F.concat(F.lit("\\x"), F.hex(column))
         columns.append(column.alias(field.name))
     return frame.select(*columns)
 
 
 def for_jvm(frame, only=None):
-    """The frame as the JVM writer wants it: nested values become JSON text (in the given
-    columns, or all of them); everything else goes in its binary form."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, MapType, StructType
-
-    return frame.select(
-        *[
-            F.to_json(F.col(f"`{f.name}`")).alias(f.name)
-            if isinstance(f.dataType, ArrayType | MapType | StructType)
-            and (only is None or f.name in only)
-            else F.col(f"`{f.name}`")
-            for f in frame.schema.fields
-        ]
-    )
+    """The frame as the JVM writer wants it: nested values as JSON text, the rest as is."""
+    return for_copy(frame, only, binary_as_hex=False)
 
 
 # Spark checks each Arrow batch's size in bytes after every row it adds when the limit is

@@ -3,7 +3,8 @@
 Batch progress (from a StreamingQueryListener) and periodic heartbeats go into a bounded
 queue that one background thread sends over HTTP. When the control plane is slow or down the
 queue fills and the oldest reports are dropped: metrics are best-effort, data is not. A reply
-can ask the job to stop gracefully (the operator pressed stop, or this run is stale).
+can ask the job to stop gracefully (the operator pressed stop), and so does a refusal that
+means this run is not the current one (401, 404, 409): a driver nobody supervises stops.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ log = logging.getLogger("jobs.reporting")
 QUEUE_LIMIT = 200
 BATCH_LIMIT = 100  # progress reports per request (the control plane takes at most 100)
 TIMEOUT_SECONDS = (2.0, 5.0)  # connect, read
+# Answers that mean the control plane does not know this run as its pipeline's current one:
+# an unknown token (401), a run that no longer exists (404), a stale or ended run (409).
+STOP_STATUSES = {401, 404, 409}
 
 
 class Reporter:
@@ -115,8 +119,9 @@ class Reporter:
         except requests.RequestException as exc:
             log.debug("report %s not sent: %s", kind, exc)
             return False
-        if response.status_code == 409:
-            self.on_stop("the control plane says this run is stale")
+        if response.status_code in STOP_STATUSES:
+            # Not (or no longer) a run the control plane knows as current: stop, gracefully.
+            self.on_stop(f"the control plane refused this run ({response.status_code})")
             return True
         if response.status_code >= 500:
             return False

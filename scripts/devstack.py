@@ -423,7 +423,7 @@ class Stack:
                 self.services.append(service)
                 service.start()
                 self.env.update(service.env)
-        self.env.setdefault("CONTROLPLANE_SINK_DATABASE_URL", self.env["DATABASE_URL"])
+        # No fallback to DATABASE_URL: the control plane's own database is never a sink.
 
     def stop_services(self) -> None:
         for service in reversed(self.services):
@@ -450,7 +450,8 @@ def cmd_services(stack: Stack) -> int:
         "CELERY_BROKER_URL",
         "KAFKA_BOOTSTRAP_SERVERS",
     ):
-        print(f"export {key}={stack.env[key]}")
+        if stack.env.get(key):
+            print(f"export {key}={stack.env[key]}")
     return 0
 
 
@@ -473,13 +474,31 @@ def cmd_test(stack: Stack, pytest_args: list[str]) -> int:
         env = stack.env
         # Tests get their own Redis database, so a running `./stack up` worker never eats
         # tasks sent by a test (and the other way round).
-        env["CELERY_BROKER_URL"] = env["CELERY_BROKER_URL"].rsplit("/", 1)[0] + "/15"
+        # CONTROLPLANE_TEST_REDIS_DB lets two test runs share one Redis without sharing tasks.
+        redis_db = os.environ.get("CONTROLPLANE_TEST_REDIS_DB", "15")
+        env["CELERY_BROKER_URL"] = env["CELERY_BROKER_URL"].rsplit("/", 1)[0] + f"/{redis_db}"
         env["CONTROLPLANE_TESTING"] = "1"
         steps = [
             ("ruff (lint)", [PY, "-m", "ruff", "check", "."]),
             ("ruff (format)", [PY, "-m", "ruff", "format", "--check", "."]),
             ("import boundaries", [PY, str(ROOT / "scripts" / "check_imports.py")]),
             ("django checks", [PY, "manage.py", "check", "--fail-level", "WARNING"]),
+            (
+                # The production profile's deploy checks, with a throwaway key (never stored).
+                "django deploy checks (production profile)",
+                [
+                    "env",
+                    "DJANGO_SETTINGS_MODULE=controlplane.settings_production",
+                    f"DJANGO_SECRET_KEY={os.urandom(32).hex()}",
+                    "DJANGO_ALLOWED_HOSTS=controlplane.example.com",
+                    PY,
+                    "manage.py",
+                    "check",
+                    "--deploy",
+                    "--fail-level",
+                    "WARNING",
+                ],
+            ),
             ("migrations up to date", [PY, "manage.py", "makemigrations", "--check", "--dry-run"]),
         ]
         for title, command in steps:

@@ -64,6 +64,15 @@ def spark():
 # --- Django / API fixtures ----------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def _no_security_counters():
+    """Counters of refused API tokens live in a cache, not the database: each test starts with
+    none, as it starts with an empty database (else one test's bad tokens throttle the next)."""
+    from django.core.cache import caches
+
+    caches["security"].clear()
+
+
 @pytest.fixture
 def user(db, django_user_model):
     """An editor: may read, use the on-call controls and change pipelines and connections."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jobs.connections import (
+    CONNECT_DEFAULTS,
     kafka_client_config,
     postgres_conninfo,
     strip_password,
@@ -67,7 +68,12 @@ def test_a_password_inside_a_postgres_dsn_moves_to_the_secrets():
     assert settings == {"dsn": "postgresql://app@db.internal:5433/sales?sslmode=require"}
     assert secrets == {"password": "s3cr@t"}
     assert postgres_conninfo(settings, secrets) == {
-        "conninfo": "postgresql://app@db.internal:5433/sales?sslmode=require",
+        **CONNECT_DEFAULTS,
+        "host": "db.internal",
+        "port": "5433",
+        "dbname": "sales",
+        "user": "app",
+        "sslmode": "require",
         "password": "s3cr@t",
     }
 

@@ -12,7 +12,7 @@ from django.urls import reverse
 from controlplane.accounts.roles import set_role
 from controlplane.connections.models import Connection
 from controlplane.pipelines import forms
-from controlplane.pipelines.models import Pipeline
+from controlplane.pipelines.models import AuditEntry, Pipeline
 from jobs.spec import parse_spec
 from tests.factories import valid_spec
 
@@ -246,12 +246,38 @@ def test_saving_a_connection_without_typing_its_password_keeps_it(editor, db):
         {"kind": "postgres", "name": "dw", "dsn": "postgresql://app@db:5432/dw", "password": "pw1"},
     )
     url = reverse("connection-edit", kwargs={"name": "dw"})
-    response = editor.post(url, {"dsn": "postgresql://app@db2:5432/dw", "description": "moved"})
+    response = editor.post(url, {"dsn": "postgresql://app@db:5432/dw", "description": "same"})
     assert response.status_code == 302
     stored = Connection.objects.get(name="dw")
-    assert (stored.settings["dsn"], stored.get_secrets()) == (
-        "postgresql://app@db2:5432/dw",
-        {"password": "pw1"},
-    )
-    editor.post(url, {"dsn": "postgresql://app@db2:5432/dw", "remove_password": "on"})
+    assert (stored.description, stored.get_secrets()) == ("same", {"password": "pw1"})
+    editor.post(url, {"dsn": "postgresql://app@db:5432/dw", "remove_password": "on"})
     assert Connection.objects.get(name="dw").get_secrets() == {}
+
+
+def test_moving_a_connection_from_its_page_drops_the_password_unless_a_new_one_is_typed(editor, db):
+    editor.post(
+        reverse("connection-new"),
+        {"kind": "postgres", "name": "dw", "dsn": "postgresql://app@db:5432/dw", "password": "pw1"},
+    )
+    url = reverse("connection-edit", kwargs={"name": "dw"})
+    response = editor.post(
+        url, {"dsn": "postgresql://app@elsewhere:5432/dw", "description": "moved"}, follow=True
+    )
+    assert "its stored password was removed" in response.content.decode()
+    stored = Connection.objects.get(name="dw")
+    assert (stored.settings["dsn"], stored.get_secrets()) == (
+        "postgresql://app@elsewhere:5432/dw",
+        {},
+    )
+    editor.post(url, {"dsn": "postgresql://app@db:5432/dw", "password": "pw2"})
+    assert Connection.objects.get(name="dw").get_secrets() == {"password": "pw2"}
+    actions = list(
+        AuditEntry.objects.filter(connection_name="dw")
+        .order_by("id")
+        .values_list("action", "after__secrets_dropped")
+    )
+    assert actions == [
+        ("connection-create", None),
+        ("connection-update", ["password"]),
+        ("connection-update", None),
+    ]

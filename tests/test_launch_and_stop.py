@@ -21,6 +21,7 @@ from kafka.admin import KafkaAdminClient
 from controlplane.pipelines import launcher, reconciler
 from controlplane.pipelines.models import BatchProgress, Pipeline, Run, RunState
 from tests.kafka_helpers import new_topic, produce
+from tests.test_driver_isolation import assert_driver_isolated, plant_secrets
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
@@ -92,8 +93,10 @@ def count(dsn, table):
 
 
 def test_start_runs_a_driver_and_stop_ends_it_gracefully_and_it_resumes(
-    api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, job_dirs
+    api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, job_dirs, monkeypatch
 ):
+    # The worker's secrets, which the driver must not inherit (checked below).
+    plant_secrets(monkeypatch)
     # Tansu keeps groups as long as it runs: a group of this run's own.
     group = f"e2e-lag-tools-{uuid.uuid4().hex[:8]}"
     topic, table = new_pipeline(api, kafka_bootstrap, "e2e", source={"consumer_group": group})
@@ -106,6 +109,8 @@ def test_start_runs_a_driver_and_stop_ends_it_gracefully_and_it_resumes(
     run = Run.objects.get(pipeline__name="e2e")
     assert (run.state, run.generation) == ("running", 1)
     assert Pipeline.objects.get(name="e2e").status == "running"
+    # Its JVM and Python program hold none of them; its Spark UI listens on loopback only.
+    assert_driver_isolated(run)
     # The driver reported its batches and heartbeats with its run token.
     reconcile_until("e2e", lambda: run.batches.exists(), 30, "the first progress report")
     assert sum(run.batches.values_list("num_input_rows", flat=True)) == 500

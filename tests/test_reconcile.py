@@ -88,6 +88,7 @@ def test_killing_the_worker_and_beat_neither_kills_nor_duplicates_the_driver(
     env.update(
         SPARK_SUBMIT=str(ROOT / "tests" / "drivers" / "standin.py"),
         STANDIN_MODE="silent",
+        CONTROLPLANE_DRIVER_ENV="STANDIN_*",
         CONTROLPLANE_RUNS_ROOT=str(tmp_path / "runs"),
         CONTROLPLANE_CHECKPOINT_ROOT=str(tmp_path / "checkpoints"),
     )

@@ -28,6 +28,7 @@ def standin(settings, tmp_path, monkeypatch, pipeline):
     settings.SPARK_SUBMIT = str(ROOT / "tests" / "drivers" / "standin.py")
     settings.CONTROLPLANE_RUNS_ROOT = tmp_path / "runs"
     settings.CONTROLPLANE_CHECKPOINT_ROOT = tmp_path / "checkpoints"
+    settings.CONTROLPLANE_DRIVER_ENV = ["STANDIN_*"]  # drivers get an allow-listed env only
     yield monkeypatch
     for run in Run.objects.filter(state__in=RunState.active()):
         launcher.kill(run)

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db import transaction
 
-from jobs.connections import SECRET_FIELDS, validate_connection
+from jobs.connections import SECRET_FIELDS
 from jobs.spec import SpecError
 
 from .models import Connection
+from .policy import clean_connection
 
 _ALL_SECRETS = sorted(set().union(*SECRET_FIELDS.values()))
 
@@ -37,20 +39,29 @@ class ConnectionForm(forms.ModelForm):
         kind = data.get("kind")
         if not kind:
             return data
-        secrets = self.instance.get_secrets() if self.instance.pk else {}
+        submitted: dict[str, str | None] = {}
         for name in _ALL_SECRETS:
+            if name not in SECRET_FIELDS[kind]:
+                continue
             if data.get(f"clear_{name}"):
-                secrets.pop(name, None)
+                submitted[name] = None
             elif data.get(f"secret_{name}"):
-                secrets[name] = data[f"secret_{name}"]
-        secrets = {k: v for k, v in secrets.items() if k in SECRET_FIELDS[kind]}
+                submitted[name] = data[f"secret_{name}"]
+        stored = self.instance.pk is not None and self.instance.kind == kind
         try:
-            data["settings"], self.cleaned_secrets = validate_connection(
-                kind, data.get("settings"), secrets
+            cleaned = clean_connection(
+                kind,
+                data.get("settings"),
+                submitted,
+                stored_settings=self.instance.settings if stored else None,
+                stored_secrets=self.instance.get_secrets() if stored else None,
             )
         except SpecError as exc:
             for error in exc.errors:
                 self.add_error(None, f"{error.field}: {error.message}")
+            return data
+        data["settings"], self.cleaned_secrets = cleaned.settings, cleaned.secrets
+        self.secrets_dropped = cleaned.dropped
         return data
 
     def save(self, commit: bool = True):
@@ -67,6 +78,49 @@ class ConnectionAdmin(admin.ModelAdmin):
     list_display = ("name", "kind", "target", "secrets_set", "updated_at")
     list_filter = ("kind",)
     search_fields = ("name", "description")
+
+    def save_model(self, request, obj, form, change) -> None:
+        from controlplane.pipelines import audit
+
+        with transaction.atomic():
+            before = {}
+            if change:
+                before = audit.connection_snapshot(Connection.objects.get(pk=obj.pk))
+            super().save_model(request, obj, form, change)
+            after = audit.connection_snapshot(obj)
+            dropped = getattr(form, "secrets_dropped", ())
+            if dropped:
+                after["secrets_dropped"] = list(dropped)
+                self.message_user(
+                    request,
+                    f"{obj.name} now points elsewhere: its stored {', '.join(dropped)} was "
+                    "removed. Enter it again.",
+                    level=messages.WARNING,
+                )
+            audit.record_connection(
+                obj.name,
+                "connection-update" if change else "connection-create",
+                user=request.user,
+                before=before,
+                after=after,
+            )
+
+    def delete_model(self, request, obj) -> None:
+        from controlplane.pipelines import audit
+
+        with transaction.atomic():
+            audit.record_connection(
+                obj.name,
+                "connection-delete",
+                user=request.user,
+                before=audit.connection_snapshot(obj),
+                after={},
+            )
+            super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset) -> None:
+        for obj in queryset:
+            self.delete_model(request, obj)
 
     @admin.display(description="target")
     def target(self, obj: Connection) -> str:

@@ -12,6 +12,7 @@ from controlplane.redaction import redact
 from jobs.connections import kafka_client_config, postgres_conninfo
 
 from .models import Connection
+from .policy import connection_policy, control_plane_database_problem
 
 
 @dataclass
@@ -68,8 +69,14 @@ def _probe_kafka(settings: dict, secrets: dict, timeout: float) -> ProbeResult:
 
 
 def _probe_postgres(settings: dict, secrets: dict, timeout: float) -> ProbeResult:
-    kwargs = postgres_conninfo(settings, secrets)
-    with psycopg.connect(**kwargs, connect_timeout=max(1, round(timeout))) as conn:
+    # Checked again here, not only on save: the policy or the control plane's database may
+    # have changed since, and a test hands the stored password to the target.
+    problem = control_plane_database_problem(settings.get("dsn", ""))
+    if problem:
+        return ProbeResult(False, 0, f"refused: the DSN {problem}")
+    kwargs = postgres_conninfo(settings, secrets, connection_policy())
+    kwargs["connect_timeout"] = max(1, round(timeout))
+    with psycopg.connect(**kwargs) as conn:
         conn.execute(
             "SELECT set_config('statement_timeout', %s, false)", (str(int(timeout * 1000)),)
         )

@@ -3,18 +3,22 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from controlplane.api.fields import flatten_spec_error
-from jobs.connections import validate_connection
 from jobs.spec import SpecError
 
 from .models import Connection, ConnectionKind
+from .policy import clean_connection
 
 
 class ConnectionSerializer(serializers.ModelSerializer):
     """A connection as the API shows it: settings visible, secrets write-only.
 
     On update, `secrets` is merged: omitted keys keep their stored value, a key set to null
-    is removed. A Postgres DSN's password is moved into the secrets.
+    is removed, and a change of endpoint (host, port, database, user, brokers, security
+    protocol, TLS trust) drops the stored ones unless new ones come with it. A Postgres DSN's
+    password is moved into the secrets.
     """
+
+    secrets_dropped: tuple[str, ...] = ()
 
     kind = serializers.ChoiceField(choices=ConnectionKind.choices)
     settings = serializers.JSONField()
@@ -83,19 +87,20 @@ class ConnectionSerializer(serializers.ModelSerializer):
         return attrs
 
     def _clean_settings(self, kind: str, settings, submitted) -> tuple[dict, dict]:
-        secrets = self.instance.get_secrets() if self.instance is not None else {}
-        if submitted is not None:
-            if not isinstance(submitted, dict):
-                raise serializers.ValidationError({"secrets": "must be an object"})
-            for key, value in submitted.items():
-                if value is None:
-                    secrets.pop(key, None)
-                else:
-                    secrets[key] = value
+        if submitted is not None and not isinstance(submitted, dict):
+            raise serializers.ValidationError({"secrets": "must be an object"})
         try:
-            return validate_connection(kind, settings, secrets)
+            cleaned = clean_connection(
+                kind,
+                settings,
+                submitted,
+                stored_settings=self.instance.settings if self.instance is not None else None,
+                stored_secrets=self.instance.get_secrets() if self.instance is not None else None,
+            )
         except SpecError as exc:
             raise serializers.ValidationError(flatten_spec_error(exc)) from None
+        self.secrets_dropped = cleaned.dropped
+        return cleaned.settings, cleaned.secrets
 
     def create(self, validated_data: dict) -> Connection:
         secrets = validated_data.pop("secrets", {})

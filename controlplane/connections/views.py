@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import ProtectedError
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status, viewsets
@@ -8,6 +9,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from controlplane.accounts.roles import OPERATOR
+from controlplane.pipelines import audit
 
 from .models import Connection
 from .probe import probe
@@ -35,10 +37,46 @@ class ConnectionViewSet(viewsets.ModelViewSet):
     lookup_field = "name"
     lookup_value_regex = "[a-z0-9-]+"
 
+    def perform_create(self, serializer) -> None:
+        with transaction.atomic():
+            connection = serializer.save()
+            audit.record_connection(
+                connection.name,
+                "connection-create",
+                user=self.request.user,
+                before={},
+                after=audit.connection_snapshot(connection),
+            )
+
+    def perform_update(self, serializer) -> None:
+        with transaction.atomic():
+            before = audit.connection_snapshot(
+                Connection.objects.select_for_update().get(pk=serializer.instance.pk)
+            )
+            connection = serializer.save()
+            after = audit.connection_snapshot(connection)
+            if serializer.secrets_dropped:
+                after["secrets_dropped"] = list(serializer.secrets_dropped)
+            audit.record_connection(
+                connection.name,
+                "connection-update",
+                user=self.request.user,
+                before=before,
+                after=after,
+            )
+
     def destroy(self, request, *args, **kwargs) -> Response:
         connection = self.get_object()
         try:
-            connection.delete()
+            with transaction.atomic():
+                audit.record_connection(
+                    connection.name,
+                    "connection-delete",
+                    user=request.user,
+                    before=audit.connection_snapshot(connection),
+                    after={},
+                )
+                connection.delete()
         except ProtectedError:
             users = ", ".join(sorted(connection.pipelines.values_list("name", flat=True)))
             return Response(
@@ -54,5 +92,13 @@ class ConnectionViewSet(viewsets.ModelViewSet):
 
         Answers 200 with `ok: false` and the reason when the target cannot be reached.
         """
-        result = probe(self.get_object(), settings.CONTROLPLANE_CONNECTION_TEST_TIMEOUT)
+        connection = self.get_object()
+        result = probe(connection, settings.CONTROLPLANE_CONNECTION_TEST_TIMEOUT)
+        audit.record_connection(
+            connection.name,
+            "connection-test",
+            user=request.user,
+            before={},
+            after={"ok": result.ok, "detail": result.detail},
+        )
         return Response(result.as_dict())

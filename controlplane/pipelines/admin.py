@@ -4,6 +4,7 @@ import json
 
 from django import forms
 from django.contrib import admin, messages
+from django.shortcuts import redirect
 
 from jobs.spec import SpecError
 
@@ -47,7 +48,7 @@ class PipelineAdmin(admin.ModelAdmin):
     list_display = ("name", "version", "desired_state", "status", "updated_at")
     list_filter = ("desired_state", "status")
     search_fields = ("name", "description")
-    readonly_fields = ("version", "status", "created_at", "updated_at")
+    readonly_fields = ("version", "status", "status_message", "created_at", "updated_at")
     inlines = [PipelineVersionInline]
 
     def save_model(self, request, obj: Pipeline, form, change: bool) -> None:
@@ -73,6 +74,27 @@ class PipelineAdmin(admin.ModelAdmin):
                 obj.pk = created.pk
         except (services.Conflict, SpecError) as exc:
             messages.error(request, str(exc))
+
+    # Deleting goes through the service: under the pipeline's lock, refused while a driver
+    # may run, audited. One at a time (the bulk action would report refusals as deleted).
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    def delete_model(self, request, obj: Pipeline) -> None:
+        services.delete_pipeline(obj, user=request.user, reason="deleted in the admin")
+
+    def delete_queryset(self, request, queryset) -> None:
+        for pipeline in queryset:
+            services.delete_pipeline(pipeline, user=request.user, reason="deleted in the admin")
+
+    def delete_view(self, request, object_id, extra_context=None):
+        try:
+            return super().delete_view(request, object_id, extra_context)
+        except services.Conflict as exc:
+            messages.error(request, f"Not deleted: {exc}")
+            return redirect("admin:pipelines_pipeline_change", object_id)
 
 
 @admin.register(ReconcilerState)

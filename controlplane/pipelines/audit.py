@@ -37,3 +37,30 @@ def record(pipeline: Pipeline, action: str, *, user, reason: str, before: dict) 
         before=before,
         after=snapshot(pipeline),
     )
+
+
+def connection_snapshot(connection) -> dict:
+    """What the audit log keeps of a connection: its settings and which secrets are set,
+    never their values."""
+    if connection is None:
+        return {}
+    return {
+        "kind": connection.kind,
+        "settings": connection.settings,
+        "secret_fields": connection.secret_fields,
+    }
+
+
+def record_connection(
+    name: str, action: str, *, user, before: dict, after: dict, reason: str = ""
+) -> AuditEntry:
+    """Write an entry for a connection change (inside the transaction that made it)."""
+    return AuditEntry.objects.create(
+        actor=user if getattr(user, "pk", None) else None,
+        actor_name=user.get_username() if getattr(user, "pk", None) else "system",
+        action=action,
+        connection_name=name,
+        reason=reason,
+        before=before,
+        after=after,
+    )

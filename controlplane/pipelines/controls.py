@@ -90,17 +90,33 @@ ACTIONS: dict[str, Callable[[Pipeline, datetime], dict]] = {
 }
 
 
+def _refuse_runs_elsewhere(pipeline: Pipeline) -> None:
+    """A driver on another host cannot be killed from here: refused, rather than recorded
+    as killed while it runs on (a run still starting, with no process yet, can be ended:
+    its launch kills what it started when it finds the run ended)."""
+    here = launcher.this_host()
+    for run in Run.objects.filter(pipeline=pipeline, state__in=RunState.active()):
+        if run.pid and run.host and run.host != here:
+            raise NotApplicable(
+                f"run {run.generation} of pipeline {pipeline.name!r} is on host {run.host}, "
+                f"not {here}: it cannot be killed from here"
+            )
+
+
 def act(pipeline: Pipeline, action: str, *, user, reason: str, now: datetime) -> Pipeline:
     """Carry out an on-call action and audit it; returns the pipeline as it now is."""
     with transaction.atomic():
         locked = Pipeline.objects.select_for_update().get(pk=pipeline.pk)
+        if action == "kill":
+            _refuse_runs_elsewhere(locked)
         before = audit.snapshot(locked)
         changes = ACTIONS[action](locked, now)
         if changes:
             Pipeline.objects.filter(pk=locked.pk).update(**changes, updated_by=user, updated_at=now)
         if action == "kill":
             for run in Run.objects.filter(pipeline=locked, state__in=RunState.active()):
-                launcher.kill(run)
+                if not run.host or run.host == launcher.this_host():
+                    launcher.kill(run)  # a starting run elsewhere: its launch kills its driver
                 reconciler.finish(
                     run, now, exit_code=-9, cause="killed", error=f"killed by {user}: {reason}"
                 )

@@ -21,7 +21,7 @@ from controlplane.connections.models import Connection, ConnectionKind
 from controlplane.connections.serializers import ConnectionSerializer
 from jobs.spec import SpecError
 
-from . import forms, services
+from . import audit, forms, services
 from .models import Pipeline
 
 
@@ -215,8 +215,25 @@ def _save_connection(request, connection, kind):
         serializer = ConnectionSerializer(connection, data=data)
         if serializer.is_valid():
             with transaction.atomic():
+                before = audit.connection_snapshot(connection)
                 saved = serializer.save()
+                after = audit.connection_snapshot(saved)
+                if serializer.secrets_dropped:
+                    after["secrets_dropped"] = list(serializer.secrets_dropped)
+                audit.record_connection(
+                    saved.name,
+                    "connection-update" if connection else "connection-create",
+                    user=request.user,
+                    before=before,
+                    after=after,
+                )
             verb = "saved" if connection else "created"
+            if serializer.secrets_dropped:
+                messages.warning(
+                    request,
+                    f"The connection now points elsewhere: its stored "
+                    f"{', '.join(serializer.secrets_dropped)} was removed. Enter it again.",
+                )
             messages.success(request, f"Connection {saved.name} {verb}.")
             return redirect("connections")
         errors = {k: [str(m) for m in v] for k, v in serializer.errors.items()}

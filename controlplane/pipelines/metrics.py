@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db.models import Min
 
 from controlplane.checkpoints import Checkpoint, read_checkpoint
+from controlplane.connections.masking import mask
 from controlplane.lag import Batch, Sample, backpressure, lag_status, partition_lags
 from jobs.connections import kafka_client_config
 from jobs.kafka.offsets import flatten
@@ -290,7 +291,7 @@ def _kafka_lag(
         consumer = kafka_lookups.acquire(config)
     except Exception as exc:  # an unreachable cluster is a figure we cannot give, not a 500
         log.warning("pipeline %s: no Kafka lag: %s", pipeline.name, exc)
-        return {**out, "error": f"cannot reach Kafka: {exc}"}
+        return {**out, "error": mask(f"cannot reach Kafka: {exc}")}
     healthy = False
     try:
         partitions = [
@@ -326,7 +327,7 @@ def _kafka_lag(
         }
     except Exception as exc:
         log.warning("pipeline %s: no Kafka lag: %s", pipeline.name, exc)
-        return {**out, "error": f"cannot read offsets from Kafka: {exc}"}
+        return {**out, "error": mask(f"cannot read offsets from Kafka: {exc}")}
     finally:
         kafka_lookups.release(config, consumer, healthy=healthy)
 

@@ -51,6 +51,9 @@ class Pipeline(models.Model):
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     attempt = models.PositiveIntegerField(default=0, help_text="Restart attempt under the policy.")
     restarts = models.PositiveIntegerField(default=0, help_text="Automatic restarts, ever.")
+    # Why the control plane cannot act on the pipeline right now (e.g. its run is on another
+    # host); empty when it can.
+    status_message = models.TextField(blank=True, default="")
     connections = models.ManyToManyField(
         Connection, through="PipelineConnection", related_name="pipelines", blank=True
     )
@@ -145,6 +148,10 @@ class Run(models.Model):
     state = models.CharField(max_length=16, choices=RunState.choices, default=RunState.STARTING)
     host = models.CharField(max_length=255, blank=True)
     pid = models.IntegerField(null=True, blank=True, help_text="The supervisor's process id.")
+    # With the pid, the supervisor's identity: a pid reused after a reboot is not our process.
+    process_started = models.FloatField(
+        null=True, blank=True, help_text="The supervisor's start time (Unix time, psutil)."
+    )
     run_dir = models.CharField(max_length=1024, blank=True)
     log_path = models.CharField(max_length=1024, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -235,8 +242,10 @@ class BatchProgress(models.Model):
 
 
 class AuditEntry(models.Model):
-    """One operator action on a pipeline: who, what, when, why, and the state before and
-    after. Written in the same transaction as the change it records."""
+    """One change by a person: an action on a pipeline (who, what, when, why, and the state
+    before and after), or a change to a connection (`connection_name` set, `pipeline_name`
+    empty; before/after hold its non-secret settings and the names of its secrets, never
+    their values). Written in the same transaction as the change it records."""
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     actor = models.ForeignKey(
@@ -247,7 +256,8 @@ class AuditEntry(models.Model):
     pipeline = models.ForeignKey(
         Pipeline, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit"
     )
-    pipeline_name = models.CharField(max_length=63, db_index=True)
+    pipeline_name = models.CharField(max_length=63, db_index=True, blank=True, default="")
+    connection_name = models.CharField(max_length=63, db_index=True, blank=True, default="")
     reason = models.TextField(blank=True)
     before = models.JSONField(default=dict)
     after = models.JSONField(default=dict)
@@ -257,7 +267,8 @@ class AuditEntry(models.Model):
         verbose_name_plural = "audit entries"
 
     def __str__(self) -> str:
-        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.pipeline_name}"
+        subject = self.pipeline_name or f"connection {self.connection_name}"
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {subject}"
 
 
 class ProgressRollup(models.Model):

@@ -6,14 +6,16 @@ import json
 
 from django.conf import settings
 from django.contrib import messages
-from django.db import connection, transaction
+from django.db import DatabaseError, transaction
 from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from controlplane import health
 from controlplane.accounts.decorators import role_required
 from controlplane.accounts.roles import OPERATOR, VIEWER, has_role
+from controlplane.connections.masking import mask
 
 from . import controls, detail, metrics, overview, tasks
 from .models import AuditEntry, Pipeline, ReconcilerState, RunState
@@ -69,7 +71,7 @@ def pipeline_page(request, name: str):
             **_status_context(pipeline, now),
             "figures": figures,
             "checkpoint": metrics.checkpoint_page(pipeline),
-            "failures": pipeline.failures.select_related("run").order_by("-at")[:20],
+            "failures": _masked(pipeline.failures.select_related("run").order_by("-at")[:20]),
             "runs": pipeline.runs.order_by("-generation")[:20],
             "versions": versions,
             "spec_json": json.dumps(pipeline.spec, indent=2, sort_keys=True),
@@ -116,7 +118,7 @@ def pipeline_control(request, name: str, action: str):
     except controls.NotApplicable as exc:
         messages.error(request, f"{action} not done: {exc}")
         return redirect("pipeline", name=name)
-    transaction.on_commit(lambda: tasks.reconcile_pipeline.delay(pipeline.pk))
+    transaction.on_commit(lambda: tasks.nudge(pipeline.pk))
     messages.success(request, f"{action} of {pipeline.name} requested.")
     return redirect("pipeline", name=name)
 
@@ -173,24 +175,33 @@ def pipeline_diff(request, name: str):
     )
 
 
+def _masked(failures) -> list:
+    """Failures with stored secret values masked out of their messages (for display)."""
+    out = list(failures)
+    for failure in out:
+        failure.message = mask(failure.message)
+    return out
+
+
 def healthz(request):
-    """Liveness for load balancers and the dev stack: the database answers, the tick is recent."""
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-        database_ok = True
-    except Exception:
-        database_ok = False
-    state = ReconcilerState.objects.filter(id=1).first() if database_ok else None
-    age = (
-        (timezone.now() - state.last_tick_at).total_seconds()
-        if state and state.last_tick_at
-        else None
-    )
+    """Liveness for load balancers and the dev stack, within about a second whatever the
+    dependencies do: 503 naming the one that is down (database, broker), else 200 with the
+    reconciler's last tick."""
+    deps = health.check()
+    database_ok = deps["database"] == "ok"
+    age = None
+    if database_ok:
+        try:
+            state = ReconcilerState.objects.filter(id=1).first()
+        except DatabaseError:
+            state, database_ok, deps["database"] = None, False, "unreachable"
+        if state and state.last_tick_at:
+            age = (timezone.now() - state.last_tick_at).total_seconds()
     stale_after = 3 * settings.CONTROLPLANE_RECONCILE_SECONDS + 10
     body = {
-        "database": "ok" if database_ok else "unreachable",
+        **deps,
         "reconciler_last_tick_seconds_ago": None if age is None else round(age, 1),
         "reconciler": "ok" if age is not None and age <= stale_after else "stale",
     }
-    return JsonResponse(body, status=200 if database_ok else 503)
+    healthy = all(v == "ok" for v in deps.values())
+    return JsonResponse(body, status=200 if healthy else 503)

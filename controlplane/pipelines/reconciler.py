@@ -10,6 +10,13 @@ exceptions history) and the pipeline's restart policy (`controlplane.restarts`) 
 whether and when to restart. The restart time is stored (`next_attempt_at`); a later tick
 starts the new run once it is due. Failures are detected three ways: the supervisor's exit
 report, the supervisor's process vanishing, and heartbeats that stop coming.
+
+Locks are always taken in one order, the pipeline's row, then its run's (the tick, the
+on-call controls, the supervisor's exit report and the end of a launch alike), so that they
+never deadlock. A run's row holds its token digest, directory and host before its process
+exists; a launch whose run ended meanwhile (killed while starting, or given up on as lost)
+kills the driver it started. Only runs on this host are acted on: one on another host is
+left alone, and the pipeline says so (`status_message`).
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Value
+from django.db.models.functions import Concat
 from django.utils import timezone
 
 from controlplane import restarts
@@ -65,6 +73,8 @@ def reconcile_pipeline(pipeline_id: int, now: datetime) -> str | None:
         run = pipeline.runs.filter(state__in=RunState.active()).first()
         if run is not None:
             return _observe(pipeline, run, now)
+        if pipeline.status_message:
+            _set_message(pipeline, "")
         if pipeline.desired_state != DesiredState.RUNNING:
             resting = _resting_status(pipeline)
             if pipeline.next_attempt_at or pipeline.status not in (resting, Status.FAILED):
@@ -76,14 +86,14 @@ def reconcile_pipeline(pipeline_id: int, now: datetime) -> str | None:
         if pipeline.status == Status.BACKING_OFF:
             if pipeline.next_attempt_at and now < pipeline.next_attempt_at:
                 return None  # the policy's delay is not over yet
-            run = _new_run(pipeline, now, restart=True)
+            started = _new_run(pipeline, now, restart=True)
         elif pipeline.status in (
             Status.STOPPED,
             Status.SUSPENDED,
             Status.STARTING,
             Status.RESTARTING,
         ):
-            run = _new_run(pipeline, now)
+            started = _new_run(pipeline, now)
         elif pipeline.status == Status.FAILED:
             # The policy gave up (or the failure is permanent): an operator starts it again.
             return None
@@ -91,11 +101,13 @@ def reconcile_pipeline(pipeline_id: int, now: datetime) -> str | None:
             # No driver, but the pipeline looks alive (e.g. a run row was deleted by hand).
             _set_status(pipeline, Status.STOPPED)
             return "settle"
-        if run is None:
+        if started is None:
             return None
-    # Outside the transaction: the run row is committed before any process exists, so a
-    # crash here leaves a visible 'starting' run, never an untracked driver.
-    return _launch(run, now)
+    # Outside the transaction: the run row (with its token digest, directory and host) is
+    # committed before any process exists, so a crash here leaves a visible 'starting' run
+    # whose driver, if any, is refused (409) and found by its directory, never an untracked one.
+    run, token = started
+    return _launch(run, token, now)
 
 
 def _resting_status(pipeline: Pipeline) -> str:
@@ -109,16 +121,29 @@ def _set_status(pipeline: Pipeline, status: str) -> None:
     pipeline.status = status
 
 
-def _new_run(pipeline: Pipeline, now: datetime, *, restart: bool = False) -> Run | None:
+def _set_message(pipeline: Pipeline, message: str) -> None:
+    Pipeline.objects.filter(pk=pipeline.pk).update(status_message=message)
+    pipeline.status_message = message
+
+
+def _lock_pipeline(pipeline_id: int) -> Pipeline | None:
+    """The pipeline's row lock (waiting for it): always taken before its run's row."""
+    return Pipeline.objects.select_for_update().filter(pk=pipeline_id).first()
+
+
+def _new_run(pipeline: Pipeline, now: datetime, *, restart: bool = False) -> tuple[Run, str] | None:
+    """A new 'starting' run row (with its token digest, directory and host), and its token."""
     generation = pipeline.generation + 1
+    run = Run(
+        pipeline=pipeline,
+        generation=generation,
+        spec_version=pipeline.version,
+        state=RunState.STARTING,
+    )
+    token = launcher.prepare(run)
     try:
         with transaction.atomic():
-            run = Run.objects.create(
-                pipeline=pipeline,
-                generation=generation,
-                spec_version=pipeline.version,
-                state=RunState.STARTING,
-            )
+            run.save(force_insert=True)
     except IntegrityError:
         return None  # another worker created the run first
     changes = {"generation": generation, "next_attempt_at": None}
@@ -133,33 +158,62 @@ def _new_run(pipeline: Pipeline, now: datetime, *, restart: bool = False) -> Run
         f"restarting (attempt {pipeline.attempt}) with" if restart else "starting",
         generation,
     )
-    return run
+    return run, token
 
 
-def _launch(run: Run, now: datetime) -> str:
+def _launch(run: Run, token: str, now: datetime) -> str:
     try:
-        launcher.launch(run)
+        launcher.launch(run, token)
     except Exception as exc:
         log.exception("pipeline %s: launch failed", run.pipeline.name)
         finish(run, now, exit_code=None, cause="launch-failed", error=str(exc))
         return "launch-failed"
-    updated = Run.objects.filter(pk=run.pk, state=RunState.STARTING).update(
-        pid=run.pid,
-        host=run.host,
-        run_dir=run.run_dir,
-        log_path=run.log_path,
-        token_digest=run.token_digest,
-        started_at=now,
-        state=RunState.RUNNING,
-    )
-    if updated:
-        Pipeline.objects.filter(pk=run.pipeline_id, generation=run.generation).update(
-            status=Status.RUNNING
+    with transaction.atomic():
+        _lock_pipeline(run.pipeline_id)  # an on-call kill either sees the pid, or ended it
+        updated = Run.objects.filter(pk=run.pk, state=RunState.STARTING).update(
+            pid=run.pid, process_started=run.process_started, started_at=now, state=RunState.RUNNING
         )
-    return "start"
+        if updated:
+            Pipeline.objects.filter(pk=run.pipeline_id, generation=run.generation).update(
+                status=Status.RUNNING
+            )
+            return "start"
+    # The run ended while it was being launched (killed while starting, or given up on as
+    # lost): the driver just started must not run on beside whatever comes next.
+    log.warning(
+        "pipeline %s: run %s ended while it was being launched; killing its driver (pid %s)",
+        run.pipeline.name,
+        run.generation,
+        run.pid,
+    )
+    launcher.kill(run)
+    Run.objects.filter(pk=run.pk).update(
+        pid=run.pid,
+        process_started=run.process_started,
+        error_tail=Concat(
+            F("error_tail"),
+            Value(f"\n[the driver launched meanwhile (pid {run.pid}) was killed]"),
+        ),
+    )
+    return "launch-aborted"
 
 
 def _observe(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
+    here = launcher.this_host()
+    if run.host and run.host != here:
+        # Its process can be neither seen nor signalled from here: ending it in the database
+        # and launching another would make two drivers. Left alone, and said so.
+        message = (
+            f"run {run.generation} is on host {run.host}; the control plane on {here} can "
+            "neither observe, stop nor kill it and leaves it alone (one host is supported)"
+        )
+        if pipeline.status_message != message:
+            log.warning("pipeline %s: %s", pipeline.name, message)
+            _set_message(pipeline, message)
+            return "elsewhere"
+        return None
+    if pipeline.status_message:
+        _set_message(pipeline, "")
     report = launcher.exit_report(run) if run.run_dir else None
     if report is not None:
         code = report.get("exit_code")
@@ -167,12 +221,14 @@ def _observe(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
         return exit_cause(run, code)
     if run.state == RunState.STARTING and not run.pid:
         if now - run.created_at > LAUNCH_GRACE:
+            launcher.kill(run)  # what the lost launch may have started (found by its run dir)
             finish(
                 run, now, exit_code=None, cause="launch-lost", error="the launch never completed"
             )
             return "launch-lost"
         return None
     if launcher.alive(run) is False:
+        launcher.kill(run)  # what the supervisor left behind, if anything
         finish(run, now, exit_code=None, cause="vanished", error="the driver process is gone")
         return "vanished"
     for cause, check in (("lost-heartbeat", _heartbeat_overdue), ("stalled", _stalled)):
@@ -252,41 +308,54 @@ def exit_cause(run: Run, exit_code: int | None) -> str:
     return "exited" if exit_code == 0 else "crashed"
 
 
-def record_exit(run: Run, now: datetime, *, exit_code: int | None, error: str) -> bool:
-    """The driver exited (its supervisor says so): end the run; False if already ended."""
-    run.refresh_from_db(fields=["state", "stop_requested_at"])
-    if run.state not in RunState.active():
-        return False
-    finish(run, now, exit_code=exit_code, cause=exit_cause(run, exit_code), error=error)
-    return True
-
-
-def finish(run: Run, now: datetime, *, exit_code: int | None, cause: str, error: str) -> None:
-    """Record a run's end and settle its pipeline (only if the run is still current): at
-    rest if it was asked to stop, else per its restart policy. One transaction: nobody sees
-    the run ended while its pipeline still says it runs."""
+def record_exit(
+    run: Run, now: datetime, *, exit_code: int | None, error: str, current_only: bool = False
+) -> bool:
+    """The driver exited (its supervisor says so): end the run; False if already ended (or,
+    with `current_only`, if it is no longer the pipeline's current run)."""
     with transaction.atomic():
-        _finish(run, now, exit_code=exit_code, cause=cause, error=error)
+        pipeline = _lock_pipeline(run.pipeline_id)  # pipeline, then run: as everywhere
+        run.refresh_from_db(fields=["state", "stop_requested_at"])
+        if pipeline is None or run.state not in RunState.active():
+            return False
+        if current_only and run.generation != pipeline.generation:
+            return False
+        cause = exit_cause(run, exit_code)
+        return _finish(run, pipeline, now, exit_code=exit_code, cause=cause, error=error)
 
 
-def _finish(run: Run, now: datetime, *, exit_code: int | None, cause: str, error: str) -> None:
+def finish(run: Run, now: datetime, *, exit_code: int | None, cause: str, error: str) -> bool:
+    """Record a run's end and settle its pipeline (only if the run is still current): at
+    rest if it was asked to stop, else per its restart policy. One transaction, under the
+    pipeline's row lock (taken first: the one lock order): nobody sees the run ended while
+    its pipeline still says it runs. False if the run had ended already."""
+    with transaction.atomic():
+        pipeline = _lock_pipeline(run.pipeline_id)
+        if pipeline is None:
+            return False  # deleted, and its runs with it
+        return _finish(run, pipeline, now, exit_code=exit_code, cause=cause, error=error)
+
+
+def _finish(
+    run: Run, pipeline: Pipeline, now: datetime, *, exit_code: int | None, cause: str, error: str
+) -> bool:
     ended = Run.objects.filter(pk=run.pk, state__in=RunState.active()).update(
         state=RunState.EXITED, ended_at=now, exit_code=exit_code, cause=cause, error_tail=error
     )
     if not ended:
-        return  # another worker recorded it first
-    pipeline = Pipeline.objects.get(pk=run.pipeline_id)
+        return False  # another worker recorded it first
     log.info(
         "pipeline %s: run %s ended (%s, exit %s)", pipeline.name, run.generation, cause, exit_code
     )
     if pipeline.generation != run.generation:
-        return
+        return True
     if cause in ("stopped", "killed") or pipeline.desired_state != DesiredState.RUNNING:
         Pipeline.objects.filter(pk=pipeline.pk, generation=run.generation).update(
             status=_resting_status(pipeline), next_attempt_at=None
         )
-        return
+        return True
     _failed(pipeline, run, now, cause=cause, error=error)
+    return True
 
 
 def _failed(pipeline: Pipeline, run: Run, now: datetime, *, cause: str, error: str) -> None:

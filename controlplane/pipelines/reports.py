@@ -200,6 +200,10 @@ class RunExit(RunReportView):
     @extend_schema(request=ExitSerializer, responses={200: ExitReply})
     def post(self, request, run_id: int) -> Response:
         run: Run = request.auth
+        if not _current(run):
+            # Fenced like the other reports. A run replaced by a restart is still recorded
+            # as ended: the reconciler reads its exit.json at the next tick.
+            return Response(STALE, status=status.HTTP_409_CONFLICT)
         data = ExitSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         recorded = reconciler.record_exit(
@@ -207,11 +211,12 @@ class RunExit(RunReportView):
             timezone.now(),
             exit_code=data.validated_data["exit_code"],
             error=data.validated_data["error_tail"],
+            current_only=True,  # checked again under the pipeline's lock
         )
         if recorded:
             # A restart with no delay starts now, not at the next tick.
             pipeline_id = run.pipeline_id
-            transaction.on_commit(lambda: tasks.reconcile_pipeline.delay(pipeline_id))
+            transaction.on_commit(lambda: tasks.nudge(pipeline_id))
         return Response({"recorded": recorded})
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.redaction import redact
+from controlplane.connections.masking import mask
 
 from .models import AuditEntry, DesiredState, Failure, Pipeline, PipelineVersion, Run, Status
 
@@ -36,6 +36,7 @@ class PipelineSerializer(serializers.ModelSerializer):
             "version",
             "desired_state",
             "status",
+            "status_message",
             "attempt",
             "restarts",
             "next_attempt_at",
@@ -47,6 +48,7 @@ class PipelineSerializer(serializers.ModelSerializer):
             "created_at",
             "updated_at",
             "status",
+            "status_message",
             "attempt",
             "restarts",
             "next_attempt_at",
@@ -71,7 +73,7 @@ class PipelineSerializer(serializers.ModelSerializer):
         return {
             "cause": failure.cause,
             "at": serializers.DateTimeField().to_representation(failure.at),
-            "message": failure.message,
+            "message": mask(failure.message),
             "decision": failure.decision,
         }
 
@@ -119,21 +121,36 @@ class RunSerializer(serializers.ModelSerializer):
         ]
 
     def get_error_tail(self, run: Run) -> str:
-        return redact(run.error_tail)
+        return mask(run.error_tail)
 
 
 class FailureSerializer(serializers.ModelSerializer):
     run = serializers.SlugRelatedField(slug_field="generation", read_only=True)
+    message = serializers.SerializerMethodField()
 
     class Meta:
         model = Failure
         fields = ["at", "cause", "message", "permanent", "decision", "restart_at", "run"]
 
+    def get_message(self, failure: Failure) -> str:
+        return mask(failure.message)
+
 
 class AuditEntrySerializer(serializers.ModelSerializer):
     actor = serializers.CharField(source="actor_name")
     pipeline = serializers.CharField(source="pipeline_name")
+    connection = serializers.CharField(source="connection_name")
 
     class Meta:
         model = AuditEntry
-        fields = ["id", "at", "actor", "action", "pipeline", "reason", "before", "after"]
+        fields = [
+            "id",
+            "at",
+            "actor",
+            "action",
+            "pipeline",
+            "connection",
+            "reason",
+            "before",
+            "after",
+        ]

@@ -17,7 +17,7 @@ from controlplane.connections.models import Connection
 from jobs.spec import FieldError, PipelineSpec, SpecError, parse_spec
 
 from . import audit
-from .models import Pipeline, PipelineConnection, PipelineVersion
+from .models import DesiredState, Pipeline, PipelineConnection, PipelineVersion, RunState, Status
 
 
 class Conflict(Exception):
@@ -77,6 +77,7 @@ def create_pipeline(
                 pipeline=pipeline, version=1, spec=canonical, created_by=user
             )
             _link_connections(pipeline, spec)
+            audit.record(pipeline, "create", user=user, reason="", before={})
     except IntegrityError:
         raise Conflict(f"a pipeline named {name!r} already exists") from None
     return pipeline
@@ -129,3 +130,33 @@ def update_pipeline(
             audit.record(current, "update", user=user, reason="", before=before)
     pipeline.refresh_from_db()
     return pipeline
+
+
+def delete_pipeline(pipeline: Pipeline, *, user=None, reason: str = "") -> bool:
+    """Delete a pipeline that has no driver, with its history; audited (the entry keeps its
+    name). Under the pipeline's row lock, so no run starts meanwhile (the reconciler skips
+    a locked pipeline); refused with Conflict, naming the state, while it is wanted running,
+    is not at rest, or has a run that is not over. False if it was gone already."""
+    with transaction.atomic():
+        current = Pipeline.objects.select_for_update().filter(pk=pipeline.pk).first()
+        if current is None:
+            return False
+        run = current.runs.filter(state__in=RunState.active()).first()
+        if (
+            run is not None
+            or current.desired_state == DesiredState.RUNNING
+            or current.status not in Status.terminal()
+        ):
+            detail = (
+                f"pipeline {current.name!r} is {current.status} (desired {current.desired_state}"
+            )
+            if run is not None:
+                detail += f", run {run.generation} {run.state}"
+            raise Conflict(f"{detail}); stop it and let its driver exit before deleting it")
+        entry = audit.record(
+            current, "delete", user=user, reason=reason, before=audit.snapshot(current)
+        )
+        entry.after = {}  # nothing is left
+        entry.save(update_fields=["after"])
+        current.delete()
+    return True

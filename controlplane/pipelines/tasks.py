@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 from celery import shared_task
 from django.utils import timezone
 
 from . import reconciler, retention
+
+log = logging.getLogger("controlplane.tasks")
 
 
 @shared_task(name="controlplane.pipelines.tasks.reconcile", ignore_result=True)
@@ -23,3 +29,27 @@ def reconcile_pipeline(pipeline_id: int) -> str | None:
 def compact_progress() -> dict:
     """Keep progress history bounded (raw, then hourly roll-ups, then gone)."""
     return retention.compact_progress(timezone.now())
+
+
+# Nudges are sent from one background thread, so a request never waits on the broker: with
+# Redis down or paused, the request has already answered (the change is in Postgres) and the
+# beat tick acts on it once the broker is back.
+_nudger = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cp-nudge")
+_pending = threading.BoundedSemaphore(100)
+
+
+def nudge(pipeline_id: int) -> None:
+    """Ask a worker to reconcile one pipeline now; never blocks, never raises. Call it after
+    the transaction that changed the pipeline commits (transaction.on_commit)."""
+    if not _pending.acquire(blocking=False):
+        return  # the broker is not keeping up: the next tick does the same work
+
+    def send() -> None:
+        try:
+            reconcile_pipeline.apply_async(args=[pipeline_id], retry=False)
+        except Exception as exc:  # the broker is down: the beat tick picks the change up
+            log.warning("could not enqueue a reconcile of pipeline %s: %s", pipeline_id, exc)
+        finally:
+            _pending.release()
+
+    _nudger.submit(send)

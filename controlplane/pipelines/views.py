@@ -18,7 +18,7 @@ from controlplane.api.fields import flatten_spec_error
 from jobs.spec import SpecError
 
 from . import controls, metrics, services, tasks
-from .models import AuditEntry, Pipeline, Status
+from .models import AuditEntry, Pipeline
 from .serializers import (
     AuditEntrySerializer,
     ControlSerializer,
@@ -109,16 +109,13 @@ class PipelineViewSet(viewsets.ModelViewSet):
         return Response(self.get_serializer(pipeline).data)
 
     def destroy(self, request, *args, **kwargs) -> Response:
+        """Delete a stopped pipeline and its history (audited); 409 while it is wanted
+        running, not at rest, or has a driver."""
         pipeline = self.get_object()
-        if pipeline.desired_state == "running" or pipeline.status not in Status.terminal():
-            return Response(
-                {
-                    "detail": f"pipeline {pipeline.name!r} is {pipeline.status} (desired "
-                    f"{pipeline.desired_state}); stop it before deleting it"
-                },
-                status=status.HTTP_409_CONFLICT,
-            )
-        pipeline.delete()
+        try:
+            services.delete_pipeline(pipeline, user=request.user)
+        except services.Conflict as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     def _control(self, request, action: str) -> Response:
@@ -136,7 +133,7 @@ class PipelineViewSet(viewsets.ModelViewSet):
         except controls.NotApplicable as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         # The beat tick would get there too; this only saves the operator a few seconds.
-        transaction.on_commit(lambda: tasks.reconcile_pipeline.delay(pipeline.pk))
+        transaction.on_commit(lambda: tasks.nudge(pipeline.pk))
         return Response(self.get_serializer(pipeline).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=ControlSerializer, responses={202: PipelineSerializer})
@@ -279,8 +276,9 @@ class PipelineViewSet(viewsets.ModelViewSet):
 
 
 class AuditViewSet(viewsets.ReadOnlyModelViewSet):
-    """The audit log of on-call actions, newest first. Filter with `?pipeline=<name>` and
-    `?actor=<username>`."""
+    """The audit log, newest first: on-call actions and definition changes of pipelines, and
+    changes and tests of connections. Filter with `?pipeline=<name>`, `?connection=<name>`
+    and `?actor=<username>`."""
 
     serializer_class = AuditEntrySerializer
 
@@ -288,6 +286,8 @@ class AuditViewSet(viewsets.ReadOnlyModelViewSet):
         entries = AuditEntry.objects.all()
         if pipeline := self.request.query_params.get("pipeline"):
             entries = entries.filter(pipeline_name=pipeline)
+        if connection := self.request.query_params.get("connection"):
+            entries = entries.filter(connection_name=connection)
         if actor := self.request.query_params.get("actor"):
             entries = entries.filter(actor_name=actor)
         return entries

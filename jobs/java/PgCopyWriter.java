@@ -71,6 +71,9 @@ public final class PgCopyWriter
   private final int[] deadOrdinals; // topic, partition, offset, timestamp, value
   private final String parseError;
   private final String emptyValueError;
+  // How long a task keeps trying to reach the database before it fails (an outage shorter
+  // than this costs a pause; the write is idempotent, so Spark may also retry the task).
+  private final long connectRetryMillis;
 
   @SuppressWarnings("unchecked")
   public PgCopyWriter(String json) throws Exception {
@@ -92,6 +95,8 @@ public final class PgCopyWriter
     deadOrdinals = ints(c.get("dead_ordinals"));
     parseError = (String) c.get("parse_error");
     emptyValueError = (String) c.get("empty_value_error");
+    Object retry = c.get("connect_retry_seconds");
+    connectRetryMillis = retry == null ? 0 : (long) (((Number) retry).doubleValue() * 1000);
   }
 
   private static int[] ints(Object list) {
@@ -150,12 +155,41 @@ public final class PgCopyWriter
     }
     Properties props = new Properties();
     props.putAll(properties);
-    // The driver itself, not DriverManager: Spark loads this jar in a child class loader.
-    Connection conn = new org.postgresql.Driver().connect(url, props);
-    if (conn == null) {
-      throw new SQLException("the Postgres JDBC driver does not accept the sink's URL");
+    long deadline = System.currentTimeMillis() + connectRetryMillis;
+    long delay = 500;
+    while (true) {
+      try {
+        // The driver itself, not DriverManager: Spark loads this jar in a child class loader.
+        Connection conn = new org.postgresql.Driver().connect(url, props);
+        if (conn == null) {
+          throw new SQLException("the Postgres JDBC driver does not accept the sink's URL");
+        }
+        return conn;
+      } catch (SQLException e) {
+        if (!databaseAway(e) || System.currentTimeMillis() + delay > deadline) {
+          throw e;
+        }
+        System.err.println(
+            "sink database unreachable, retrying in " + delay + " ms: " + e.getMessage());
+        try {
+          Thread.sleep(delay);
+        } catch (InterruptedException interrupted) {
+          Thread.currentThread().interrupt();
+          throw e;
+        }
+        delay = Math.min(delay * 2, 5_000);
+      }
     }
-    return conn;
+  }
+
+  /** The database is away (connection refused or broken, starting up, shutting down). */
+  static boolean databaseAway(SQLException e) {
+    String state = e.getSQLState();
+    return state == null
+        || state.startsWith("08")
+        || state.equals("57P01")
+        || state.equals("57P02")
+        || state.equals("57P03");
   }
 
   private void release(Connection conn) {

@@ -19,6 +19,7 @@ import logging
 import os
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
 from psycopg import sql
 
@@ -76,7 +77,23 @@ _JDBC_PROPERTIES = {
     "application_name": "ApplicationName",
     "options": "options",
 }
-_IGNORED = {"host", "hostaddr", "port", "dbname", "client_encoding"}
+# Parameters that need no JDBC property: the URL carries them, or they only tell libpq what
+# not to do (read ~/.pgpass, send a client certificate, try Kerberos), which the JDBC driver
+# does not do anyway.
+_IGNORED = {
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "client_encoding",
+    "passfile",
+    "sslcertmode",
+    "gssencmode",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_count",
+}
 
 
 def jdbc_target(conninfo: dict[str, Any]) -> tuple[str, dict[str, str]] | None:
@@ -102,11 +119,18 @@ def jdbc_target(conninfo: dict[str, Any]) -> tuple[str, dict[str, str]] | None:
         return None
     if ":" in "".join(hosts):
         hosts = [f"[{h}]" if ":" in h else h for h in hosts]  # IPv6 literals
+    # The database name is encoded: raw, a name like "db?socketFactory=..." would add JDBC
+    # URL parameters of its own.
     url = "jdbc:postgresql://{}/{}".format(
         ",".join(f"{h}:{p}" for h, p in zip(hosts, ports, strict=True)),
-        params.get("dbname") or params.get("user") or os.environ.get("PGDATABASE", ""),
+        quote(
+            params.get("dbname") or params.get("user") or os.environ.get("PGDATABASE", ""),
+            safe="",
+        ),
     )
     props = {_JDBC_PROPERTIES[k]: str(v) for k, v in params.items() if k in _JDBC_PROPERTIES and v}
+    if str(params.get("keepalives", "")) == "1":
+        props["tcpKeepAlive"] = "true"
     if "password" not in props and os.environ.get("PGPASSWORD"):
         props["password"] = os.environ["PGPASSWORD"]
     return url, props
@@ -186,6 +210,7 @@ class JvmWriter:
             "dead_ordinals": [names.index(c) for c in dead_letter_columns or ()],
             "parse_error": parse_error,
             "empty_value_error": empty_value_error,
+            "connect_retry_seconds": self.sink.retry_seconds,
         }
         writer = self.spark._jvm.controlplane.spark.PgCopyWriter
         try:

@@ -28,9 +28,11 @@ Spark-free and Django-free: it receives Arrow tables, so it runs on the driver o
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -85,6 +87,43 @@ def _table_ident(table: str) -> sql.Composable:
 BATCH = -1  # the `part` of a whole batch's marker
 
 
+# SQLSTATEs after which trying again can succeed: the connection broke (class 08), the
+# server is shutting down or starting up (57P01-57P03). Authentication and missing objects
+# are not among them.
+_TRANSIENT_STATES = ("08", "57P01", "57P02", "57P03")
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether a database error is the database being away (worth waiting for)."""
+    if not isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        return False
+    state = getattr(exc, "sqlstate", None)
+    return state is None or state.startswith(_TRANSIENT_STATES)
+
+
+def _retried(method):
+    """Run an idempotent sink operation again when its connection breaks mid-way (a
+    database restart, a failover), until `retry_seconds` have passed."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        deadline = time.monotonic() + self.retry_seconds
+        delay = 0.5
+        while True:
+            try:
+                return method(self, *args, **kwargs)
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                if not transient(exc) or time.monotonic() + delay > deadline:
+                    raise
+                log.warning(
+                    "sink %s interrupted, retrying in %.1f s: %s", method.__name__, delay, exc
+                )
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    return wrapper
+
+
 class MixedWritesError(RuntimeError):
     """A replayed batch was partly written directly and is now to be staged: it cannot be
     completed exactly once, so the job stops instead."""
@@ -108,11 +147,31 @@ class PostgresSink:
         self.mode = mode
         self.key = list(key)
 
+    # How long the sink keeps trying to reach its database before a batch fails: an outage
+    # shorter than this costs a pause, not a failure (every write here is idempotent).
+    retry_seconds: float = 60.0
+
     def connect(self) -> psycopg.Connection:
-        return psycopg.connect(**self.conninfo, application_name=f"cp:{self.pipeline}")
+        """A new connection; waits (with backoff, up to `retry_seconds`) while the database
+        cannot be reached, but fails at once on what waiting cannot fix (bad credentials, a
+        missing database)."""
+        deadline = time.monotonic() + self.retry_seconds
+        delay = 0.5
+        while True:
+            try:
+                return psycopg.connect(
+                    **{"application_name": f"cp:{self.pipeline}", **self.conninfo}
+                )
+            except psycopg.OperationalError as exc:
+                if not transient(exc) or time.monotonic() + delay > deadline:
+                    raise
+                log.warning("sink database unreachable, retrying in %.1f s: %s", delay, exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     # -- schema ----------------------------------------------------------------------------
 
+    @_retried
     def ensure_tables(self, columns: Sequence[Column]) -> None:
         """Create the target, marker and dead-letter tables if they do not exist."""
         with self.connect() as conn:
@@ -187,6 +246,7 @@ class PostgresSink:
             )
         return claimed is not None
 
+    @_retried
     def committed(self, batch_id: int) -> bool:
         """Whether the whole batch's marker exists: a replayed batch can skip all its work."""
         with self.connect() as conn:
@@ -232,6 +292,7 @@ class PostgresSink:
             conn.execute(self.PART_ROWS, (rows, self.pipeline, self.stream_id, batch_id, part))
         return rows, dead
 
+    @_retried
     def finish_batch(self, batch_id: int, rows: int, dead_letters=None) -> bool:
         """After every partition was written directly: the batch's marker and dead letters."""
         with self.connect() as conn, conn.transaction():
@@ -246,11 +307,13 @@ class PostgresSink:
         key = hashlib.sha1(f"{self.pipeline}/{self.stream_id}".encode()).hexdigest()[:12]  # noqa: S324 - a name, not security
         return f"_cp_stage_{key}_{batch_id}"
 
+    @_retried
     def prepare_stage(self, batch_id: int) -> None:
         """An unlogged table the executors fill in parallel, one slice per Spark partition."""
         with self.connect() as conn:
             self._create_stage(conn, sql.Identifier(self.stage_name(batch_id)))
 
+    @_retried
     def write_stage_part(self, batch_id: int, part: int, table) -> int:
         """Replace this partition's slice of the stage (a retried task replaces, not adds)."""
         stage = self.stage_name(batch_id)
@@ -267,6 +330,7 @@ class PostgresSink:
                 self._copy(conn, sql.Identifier(stage), _with_order(table, part))
         return table.num_rows
 
+    @_retried
     def commit_stage(self, batch_id: int, dead_letters=None) -> bool:
         """Move the staged batch into the target in one transaction with its marker."""
         stage = sql.Identifier(self.stage_name(batch_id))
@@ -291,6 +355,7 @@ class PostgresSink:
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(stage))
         return done
 
+    @_retried
     def drop_stages(self) -> None:
         """Remove stages left by batches that died before committing (called at start-up)."""
         prefix = self.stage_name(0).rsplit("_", 1)[0] + "_"

@@ -7,15 +7,23 @@ when the pipeline is saved, using sqlglot's Spark dialect instead of a Spark ses
 
 The checks, in order, each raising SQLError with a message meant to be shown verbatim:
 
-1. The SQL parses (sqlglot, Spark dialect): the message carries the line and column.
-2. It is exactly one statement, and that statement is a query (SELECT, WITH ... SELECT,
+1. No script transform (``TRANSFORM`` / ``MAP`` / ``REDUCE ... USING '<command>'``, which
+   runs a shell command) and no ``IDENTIFIER(...)`` (a table or function named by a string),
+   told from the tokens alone, so that even forms sqlglot cannot parse are refused.
+2. The SQL parses (sqlglot, Spark dialect): the message carries the line and column.
+3. It is exactly one statement, and that statement is a query (SELECT, WITH ... SELECT,
    UNION / EXCEPT / INTERSECT of queries, VALUES), not DDL, DML or a command.
-3. Every table it reads, apart from its own CTEs, is the source view (names compare
+4. Every function it calls is on the allow-list of jobs/spec/functions.py, judged on the
+   name as written (case-insensitively, back-quoted or not), wherever the call is (hints
+   take no calls at all); qualified names (``system.builtin.reflect``) are refused. A bare
+   ``user`` / ``current_user`` / ``session_user`` is Spark's function revealing the OS user
+   unless it is a column of the SELECT's own sources, and is refused then.
+5. Every table it reads, apart from its own CTEs, is the source view (names compare
    case-insensitively, like Spark's). Table-valued generator functions (``range``,
    ``explode``, ``inline``, ``stack``...) are allowed; other table functions are not.
-4. It reads the source view at least once: a query that doesn't produces a batch DataFrame,
+6. It reads the source view at least once: a query that doesn't produces a batch DataFrame,
    and ``writeStream`` refuses those.
-5. Only when ``columns`` is given: column references that certainly cannot resolve.
+7. Only when ``columns`` is given: column references that certainly cannot resolve.
 
 The column check is deliberately conservative: it must never reject SQL that Spark accepts,
 so it only reports a name when it can enumerate everything the name could resolve to. For
@@ -37,8 +45,9 @@ It does not catch (it accepts):
   a CTE / derived table whose select list has a generator (``explode(xs)``), ``struct.*``;
   unknown names in GROUP BY / HAVING / ORDER BY... of a SELECT with a generator;
 * back-quoted names that could be some computed column's generated name (``upper(id)``);
-* struct fields (``payload.nope``), ambiguous names, names in ``* EXCEPT (...)``, function
-  names, types, aggregation rules: whatever needs Spark's analyzer and the column types;
+* struct fields (``payload.nope``), ambiguous names, names in ``* EXCEPT (...)``, the
+  number and types of a function's arguments, aggregation rules: whatever needs Spark's
+  analyzer and the column types;
 * aliases of an enclosing query used in a subquery (accepted although Spark doesn't
   resolve them: more names are accepted than Spark would resolve, never fewer).
 
@@ -49,14 +58,15 @@ Differences that come from sqlglot's parser rather than from these checks:
   unquoted column names (``inner``, ``values``, ``for``...; the message suggests back-quotes);
   nested variant paths (``v:a.b``). ``window(...)`` as a function call is handled here.
 
-Stricter than Spark on purpose: rules 2 and 4 (Spark happily runs ``SELECT 1`` or ``SHOW
-TABLES``, but neither is a streaming transform).
+Stricter than Spark on purpose: rules 1, 3, 4 and 6 (Spark happily runs ``SELECT 1``,
+``SHOW TABLES`` or ``reflect(...)``, but none is a streaming transform an editor may write).
 
 Everything here is plain Python plus sqlglot: no Django, no Celery, no PySpark.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import itertools
 import re
@@ -68,6 +78,8 @@ from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ErrorLevel, ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
+
+from .functions import ALLOWED, GRAMMAR_FUNCTIONS, REFUSED
 
 __all__ = ["SQLError", "check_transform_sql"]
 
@@ -84,7 +96,7 @@ def check_transform_sql(
     ``columns``, the source view's column names, enables the (conservative) check of column
     references described in the module docstring.
     """
-    statements = _parse(sql)
+    statements = _parse(sql, source_view)
     if not statements:
         raise SQLError(
             "transform SQL is empty: expected a query such as "  # noqa: S608 (a message, not SQL)
@@ -100,10 +112,12 @@ def check_transform_sql(
         raise SQLError(
             f"transform SQL must be a query (SELECT ...), not {_statement_kind(statement)}"
         )
+    _check_calls(sql, source_view)
     checker = _Checker(sql, source_view, columns)
     try:
         checker.query(statement, {}, None)
         checker.check_remaining_tables(statement)
+        checker.check_remaining_os_user_names(statement)
     except RecursionError:
         raise SQLError("transform SQL is nested too deeply") from None
     if not checker.reads_view:
@@ -123,15 +137,20 @@ _TOKEN_REPR = re.compile(r"<Token token_type: [\w.]+, text: (.*?), line: .*?>")
 _KEYWORDS = frozenset(_DIALECT.tokenizer_class.KEYWORDS)
 
 
-def _parse(sql: str) -> list[exp.Expr]:
+def _parse(sql: str, source_view: str = "source") -> list[exp.Expr]:
     try:
         tokens = _DIALECT.tokenize(sql)
     except TokenError as e:
         raise SQLError(_token_error_message(sql, e)) from None
+    _check_tokens(sql, tokens)
     _treat_keyword_calls_as_functions(tokens)
     try:
         parsed = _DIALECT.parser(error_level=ErrorLevel.RAISE).parse(tokens, sql)
     except ParseError as e:
+        # sqlglot also checks the number of arguments of the functions it knows: where that
+        # fails, a call that is not allowed at all is the more useful message.
+        with contextlib.suppress(_CallSyntaxError):
+            _check_calls(sql, source_view)
         raise SQLError(_parse_error_message(e)) from None
     except TokenError as e:  # raised for the contents of /*+ hints */
         raise SQLError(_token_error_message(sql, e)) from None
@@ -257,6 +276,314 @@ def _article(word: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
+# Function calls
+#
+# Spark runs the transform's *text*, so each call is judged on the name written there. sqlglot
+# maps written names to typed expressions (``date_add`` may become TsOrDsAdd, ``size``
+# ArraySize...) and regenerates other names, so this check parses the SQL a second time with
+# _CallParser: Spark's parser with no known functions, so that every ordinary call becomes
+# exp.Anonymous, and every call, whatever its form, marked with the token of its name.
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What _CallParser records about one call: its name token and any qualifier."""
+
+    token: Token
+    qualifier: list[str]  # ["system", "builtin"] in system.builtin.reflect(...)
+
+
+_CALL = "controlplane_call"  # the key of a _Call in a node's meta
+
+# sqlglot's Spark parser reads these names with a parser of their own rather than as a plain
+# call. Each was reviewed (tests/test_spec_sql.py fails when sqlglot adds one): kept where
+# Spark's grammar has the same special form, dropped otherwise, so that the call is read as a
+# plain call named as written.
+_FUNCTION_PARSERS_KEPT = frozenset(
+    {
+        "CAST",  # CAST(x AS type)
+        "TRY_CAST",  # TRY_CAST(x AS type)
+        "EXTRACT",  # EXTRACT(field FROM source)
+        "POSITION",  # POSITION(substr IN str)
+        "SUBSTR",  # SUBSTR(str FROM pos FOR len)
+        "SUBSTRING",
+        "TRIM",  # TRIM(BOTH 'x' FROM str)
+        "OVERLAY",  # OVERLAY(str PLACING s FROM pos FOR len)
+    }
+)
+_FUNCTION_PARSERS_DROPPED = frozenset(
+    {
+        # Plain calls in Spark (sqlglot's parsers read other dialects' forms of them).
+        "AND",
+        "APPROX_PERCENTILE",
+        "CEIL",
+        "CHAR",
+        "CHR",
+        "DECODE",
+        "FLOOR",
+        "INITCAP",
+        "LISTAGG",
+        "MAX_BY",
+        "MIN_BY",
+        "OR",
+        "PERCENTILE",
+        "PERCENTILE_APPROX",
+        "STRING_AGG",
+        # Join hints: inside /*+ ... */, which this check reads on its own terms.
+        "BROADCAST",
+        "BROADCASTJOIN",
+        "MAPJOIN",
+        "MERGE",
+        "MERGEJOIN",
+        "SHUFFLEMERGE",
+        "SHUFFLE_HASH",
+        "SHUFFLE_REPLICATE_NL",
+        # Not Spark functions at all: read as plain calls, refused as unknown names.
+        "ARGMAX",
+        "ARGMIN",
+        "ARG_MAX",
+        "ARG_MIN",
+        "CONVERT",
+        "GAP_FILL",
+        "JSON_OBJECT",
+        "JSON_OBJECTAGG",
+        "JSON_TABLE",
+        "MATCH",
+        "NORMALIZE",
+        "OPENJSON",
+        "SAFE_CAST",
+        "TRY_CONVERT",
+        "WEIGHT_STRING",
+        "XMLELEMENT",
+        "XMLTABLE",
+    }
+)
+# The same for names read without parentheses, or with a parser of their own.
+_NO_PAREN_FUNCTION_PARSERS_KEPT = frozenset(
+    {
+        "ANY",  # any(expr); x LIKE ANY (...)
+        "CASE",  # CASE ... END
+        "IF",  # if(cond, a, b): sqlglot needs its parser to read IF as a call
+        "TRANSFORM",  # transform(xs, x -> ...), and the script form TRANSFORM(...) USING
+    }
+)
+_NO_PAREN_FUNCTION_PARSERS_DROPPED = frozenset({"CONNECT_BY_ROOT"})  # Oracle's; not Spark
+# Nodes sqlglot builds from operators and literals rather than from a named call: the only
+# functions (exp.Func) allowed without a recorded name.
+_SYNTAX_FUNCTIONS: tuple[type[exp.Expr], ...] = (
+    exp.Cast,  # x::type, typed literals (DATE '2020-01-01', 1Y, 3BD); TryCast is a Cast
+    exp.Concat,  # adjacent string literals: 'a' 'b'
+    exp.If,  # the WHEN branches of CASE
+    exp.And,
+    exp.Or,
+    exp.Xor,
+    exp.RegexpLike,  # x RLIKE y, x REGEXP y
+    exp.SubqueryPredicate,  # EXISTS (subquery), LIKE ANY / ALL (...)
+    exp.Collate,  # x COLLATE name
+)
+# What _parse_window may wrap a call in.
+_CALL_WRAPPERS = (exp.Window, exp.WithinGroup, exp.Filter, exp.IgnoreNulls, exp.RespectNulls)
+_STRING_TOKENS = frozenset(t for t in TokenType if t.name.endswith("STRING"))
+_SCRIPT_TRANSFORM = (
+    "transform uses a script transform (TRANSFORM / MAP / REDUCE ... USING '<command>'){at}, "
+    "which is not allowed: it runs a shell command"
+)
+_OS_USER_NAMES = frozenset({"user", "current_user", "session_user"})
+
+
+class _CallParser(_DIALECT.parser_class):  # type: ignore[name-defined,misc]
+    """Spark's parser, keeping every function call's name as written (see above)."""
+
+    FUNCTIONS: dict = {}  # every ordinary call becomes exp.Anonymous
+    # Not Spark syntax (ARRAY[1, 2]), and it would read array(x)[0], now an Anonymous named
+    # "array", as ARRAY[0], dropping the call's arguments.
+    ARRAY_CONSTRUCTORS: dict = {}
+    FUNCTION_PARSERS = {
+        name: parse
+        for name, parse in _DIALECT.parser_class.FUNCTION_PARSERS.items()
+        if name in _FUNCTION_PARSERS_KEPT
+    }
+    NO_PAREN_FUNCTION_PARSERS = {
+        name: parse
+        for name, parse in _DIALECT.parser_class.NO_PAREN_FUNCTION_PARSERS.items()
+        if name in _NO_PAREN_FUNCTION_PARSERS_KEPT
+    }
+
+    def _parse_function_call(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        index = self._index
+        token = self._curr
+        node = super()._parse_function_call(*args, **kwargs)
+        call = node
+        while isinstance(call, _CALL_WRAPPERS):
+            call = call.this
+        if (
+            isinstance(call, exp.Expr)
+            and not isinstance(call, exp.SubqueryPredicate)  # syntax: x LIKE ALL ('a', 'b')
+            and token is not None
+            and _CALL not in call.meta
+        ):
+            qualifier = self._qualifier(index)
+            called = index + 1 < len(self._tokens) and (
+                self._tokens[index + 1].token_type == TokenType.L_PAREN
+            )
+            if called or not qualifier:  # a.current_date is a field, not a call
+                call.meta[_CALL] = _Call(token, qualifier)
+        return node
+
+    def _parse_hint(self):  # type: ignore[no-untyped-def]
+        # sqlglot reads a hint's body with the dialect's own parser: use this one instead.
+        if self._match(TokenType.HINT) and self._prev_comments:
+            text = self._prev_comments[0]
+            parser = _CallParser(error_level=ErrorLevel.IMMEDIATE, dialect=self.dialect)
+            return parser.parse_into(exp.Hint, self.dialect.tokenize(text), text)[0]
+        return None
+
+    def _qualifier(self, index: int) -> list[str]:
+        """The qualifier written before the token at ``index``: a.b in ``a.b.f(...)``."""
+        parts: list[str] = []
+        while index >= 2 and self._tokens[index - 1].token_type == TokenType.DOT:
+            index -= 2
+            parts.insert(0, self._tokens[index].text)
+        return parts
+
+
+def _check_tokens(sql: str, tokens: list[Token]) -> None:
+    """Refuse, from the tokens alone, the forms that reach a shell or name things by string.
+
+    A backstop that holds even where sqlglot cannot parse what Spark can (``FROM source MAP
+    id USING 'cat'``): Spark's script transforms always have ``USING '<command>'``, and only
+    they have ``ROW FORMAT``, ``RECORDWRITER`` and ``RECORDREADER``.
+    """
+    for i, token in enumerate(tokens):
+        following = tokens[i + 1] if i + 1 < len(tokens) else None
+        word = token.text.upper() if token.token_type != TokenType.IDENTIFIER else ""
+        if (
+            (
+                token.token_type == TokenType.USING
+                and following is not None
+                and following.token_type in _STRING_TOKENS
+            )
+            or word in ("RECORDWRITER", "RECORDREADER")
+            or (
+                word == "ROW"
+                and following is not None
+                and following.token_type != TokenType.IDENTIFIER
+                and following.text.upper() == "FORMAT"
+            )
+        ):
+            raise SQLError(_SCRIPT_TRANSFORM.format(at=_at(sql, token)))
+        if (
+            word == "IDENTIFIER"
+            and following is not None
+            and following.token_type == TokenType.L_PAREN
+        ):
+            raise SQLError(
+                f"transform uses IDENTIFIER(...){_at(sql, token)}, which is not allowed: it "
+                "names a table or function with a string, which this check cannot follow"
+            )
+
+
+def _at(sql: str, token: Token) -> str:
+    if not 0 <= token.start < len(sql):
+        return ""
+    line, column = _line_and_column(sql, token.start)
+    return f" at line {line}, column {column}"
+
+
+class _CallSyntaxError(SQLError):
+    """SQL that _CallParser cannot read (the main parse reports such errors first)."""
+
+
+def _check_calls(sql: str, source_view: str) -> None:
+    """Refuse every function call that is not on the allow-list, judged on its written name."""
+    try:
+        tokens = _DIALECT.tokenize(sql)
+        _treat_keyword_calls_as_functions(tokens)
+        statements = _CallParser(error_level=ErrorLevel.RAISE, dialect=_DIALECT).parse(tokens, sql)
+    except ParseError as e:
+        raise _CallSyntaxError(_parse_error_message(e)) from None
+    except TokenError as e:
+        raise _CallSyntaxError(_token_error_message(sql, e)) from None
+    except RecursionError:
+        raise _CallSyntaxError("transform SQL is nested too deeply") from None
+    except Exception:
+        raise _CallSyntaxError(
+            "syntax error: the transform SQL could not be parsed (check its brackets, quotes "
+            "and commas)"
+        ) from None
+    stack: list[exp.Expr] = [s for s in statements if s is not None]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, exp.Hint):
+            _check_hint(node)
+            continue
+        _check_call(sql, node, source_view)
+        stack.extend(node.iter_expressions())
+
+
+def _check_call(sql: str, node: exp.Expr, source_view: str) -> None:
+    call = node.meta.get(_CALL)
+    if isinstance(node, exp.QueryTransform):
+        at = _at(sql, call.token) if isinstance(call, _Call) else ""
+        raise SQLError(_SCRIPT_TRANSFORM.format(at=at))
+    if not isinstance(call, _Call):
+        if isinstance(node, exp.Func) and not isinstance(node, _SYNTAX_FUNCTIONS):
+            raise SQLError(
+                f"transform uses '{node.sql(dialect='spark')}', which this check does not "
+                "recognise as one of the allowed Spark functions"
+            )
+        return
+    written = call.token.text
+    name = written.lower()
+    at = _at(sql, call.token)
+    if call.qualifier:
+        full = ".".join([*call.qualifier, written])
+        raise SQLError(
+            f"transform calls the function '{full}'{at}, which is not allowed: call built-in "
+            "functions by their plain name"
+        )
+    in_from = isinstance(node.parent, exp.Table | exp.Lateral) and node.arg_key == "this"
+    if in_from and name not in _GENERATOR_FUNCTIONS:
+        raise SQLError(
+            f"transform calls the table function '{name}'; it may only read the view "
+            f"'{source_view}'"
+        )
+    if name in ALLOWED or name in GRAMMAR_FUNCTIONS:
+        return
+    reason = REFUSED.get(name)
+    if reason is None:
+        reason = "it is not one of Spark's built-in functions" + _suggest(
+            name, sorted(ALLOWED | GRAMMAR_FUNCTIONS)
+        )
+    raise SQLError(f"transform calls the function '{name}'{at}, which is not allowed: {reason}")
+
+
+def _check_hint(hint: exp.Hint) -> None:
+    """Hints (``/*+ REPARTITION(3, id) */``) take numbers, names and columns, never calls."""
+    for item in hint.expressions:
+        if not isinstance(item, exp.Expr):  # sqlglot could not read it
+            raise SQLError(
+                f"transform has a hint that could not be read: /*+ {item} */; hints take "
+                "only names, numbers and column names"
+            )
+        hint_call = item.meta.get(_CALL)
+        hint_name = hint_call.token.text if isinstance(hint_call, _Call) else item.sql("spark")
+        for node in item.iter_expressions():
+            for inner in node.walk():
+                call = inner.meta.get(_CALL)
+                if isinstance(call, _Call):
+                    name = f"the function '{call.token.text.lower()}'"
+                elif isinstance(inner, exp.Func | exp.QueryTransform):
+                    name = f"'{inner.sql(dialect='spark')}'"
+                else:
+                    continue
+                raise SQLError(
+                    f"transform calls {name} in the hint '{hint_name}', which is not "
+                    "allowed: hints take only names, numbers and column names"
+                )
+
+
+# --------------------------------------------------------------------------------------------
 # Tables and columns
 
 # Table-valued functions that only generate rows from their arguments: harmless in a transform.
@@ -355,6 +682,14 @@ class _Scope:
             scope = scope.parent
         return False
 
+    def has_own_column(self, name: str) -> bool:
+        """Whether ``name`` is certainly a column of this SELECT's own sources.
+
+        Spark resolves a name that is no such column (not even one of an enclosing query, or a
+        lateral alias) as a niladic function where one exists: ``user`` is user().
+        """
+        return self.names is not None and name in self.names
+
     def source(self, alias: str) -> tuple[bool, _Names]:
         scope: _Scope | None = self
         while scope is not None:
@@ -386,6 +721,7 @@ class _Checker:
         self.reads_view = False
         self.seen_tables: set[int] = set()
         self.cte_names: set[str] = set()
+        self.os_user_checked: set[int] = set()
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -540,6 +876,27 @@ class _Checker:
             if len(table.parts) > 1 or table.name.lower() not in self.cte_names:
                 self.table(table, {})
 
+    def check_remaining_os_user_names(self, statement: exp.Expr) -> None:
+        """Refuse ``user`` (and friends) in places this walker doesn't model."""
+        for column in statement.find_all(exp.Column):
+            if (
+                id(column) not in self.os_user_checked
+                and len(column.parts) == 1
+                and column.name.lower() in _OS_USER_NAMES
+                and not column.find_ancestor(exp.Hint)
+            ):
+                raise self.os_user_name(column)
+
+    def os_user_name(self, column: exp.Column) -> SQLError:
+        """``user`` that may not be a column: Spark then calls the function user()."""
+        name = column.name
+        return SQLError(
+            f"transform calls the function '{name.lower()}' {self.at(column.this)}, which is "
+            f"not allowed: {REFUSED[name.lower()]} (Spark reads '{name}' as that function "
+            f"unless the source has such a column; to read a column named '{name}', qualify "
+            f"it: {self.view}.{name})"
+        )
+
     def outputs(self, node: exp.Select, scope: _Scope) -> _Names:
         """The names of the select list's columns, as Spark names them (None if unknown)."""
         out: set[str] = set()
@@ -595,7 +952,7 @@ class _Checker:
                 self.query(current, ctes, scope)  # scalar, IN or EXISTS subquery
                 continue
             if isinstance(current, exp.Column):
-                self.column(current, scope, clause, bound | visible)
+                self.column(current, scope, clause, bound | visible, bound)
                 continue
             if isinstance(current, exp.Hint | exp.DataType | exp.Star):
                 continue
@@ -604,9 +961,23 @@ class _Checker:
             stack.extend((child, bound) for child in current.iter_expressions())
 
     def column(
-        self, column: exp.Column, scope: _Scope, clause: str, visible: frozenset[str]
+        self,
+        column: exp.Column,
+        scope: _Scope,
+        clause: str,
+        visible: frozenset[str],
+        lambda_variables: frozenset[str] = frozenset(),
     ) -> None:
         """Check one column reference; ``visible``: the aliases and lambda variables in scope."""
+        self.os_user_checked.add(id(column))
+        name = column.name.lower()
+        if (
+            len(column.parts) == 1
+            and name in _OS_USER_NAMES
+            and name not in lambda_variables
+            and not scope.has_own_column(name)
+        ):
+            raise self.os_user_name(column)
         if not self.check_columns or isinstance(column.this, exp.Star):
             return
         parts = column.parts

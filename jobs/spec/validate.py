@@ -399,6 +399,8 @@ def _parse_sink(
             "underscores (optionally schema.table), starting with a letter or underscore, "
             "at most 63 characters each",
         )
+    elif table is not None and (problem := _reserved_table(table)):
+        s.error("table", problem)
     mode = s.string("mode", "append", choices=("append", "upsert"))
     key = s.get("key", [])
     if isinstance(key, str):
@@ -424,6 +426,25 @@ def _parse_sink(
     if not s.ok:
         return None
     return PostgresSink(connection=connection, table=table, mode=mode, key=tuple(key))
+
+
+# Schemas that belong to Postgres itself: a sink never writes there.
+_SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
+
+
+def _reserved_table(name: str) -> str | None:
+    """Why a sink may not write to `name`, or None. The sink's own bookkeeping (commit
+    markers, dead letters, stage tables) lives in tables named _cp_*: a pipeline writing rows
+    there could forge another pipeline's commit markers and make it skip batches."""
+    schema, _, table = name.rpartition(".")
+    if schema in _SYSTEM_SCHEMAS or schema.startswith("pg_"):
+        return f"{name!r} is in the system schema {schema!r}; a sink may not write there"
+    if table.startswith("_cp_"):
+        return (
+            f"{name!r}: table names starting with _cp_ are reserved for the sink's own "
+            "bookkeeping (commit markers, dead letters)"
+        )
+    return None
 
 
 def _is_table_name(name: str) -> bool:

@@ -81,10 +81,40 @@ def ticking(settings, tmp_path, live_server):
         launcher.kill(run)
 
 
+# What the Content-Security-Policy blocks, Chromium reports twice: a console message
+# ("Refused to ...") and a `securitypolicyviolation` event, collected here per document.
+CSP_WATCH = """
+window.__cspViolations = [];
+document.addEventListener("securitypolicyviolation", (e) => window.__cspViolations.push(
+  `${e.effectiveDirective}: ${e.blockedURI || "inline"} (${e.sourceFile}:${e.lineNumber})`
+));
+"""
+
+
+def watch_csp(page) -> None:
+    page.add_init_script(CSP_WATCH)
+    page.csp_console = []
+    page.on(
+        "console",
+        lambda m: page.csp_console.append(m.text) if "Content Security Policy" in m.text else None,
+    )
+
+
+def assert_no_csp_violations(page) -> None:
+    """Nothing on the page (ours, htmx, uPlot) was blocked by the policy, which is there."""
+    events = page.evaluate("() => window.__cspViolations")
+    assert events == [] and page.csp_console == [], (events, page.csp_console)
+    policy = page.evaluate(
+        "async () => (await fetch(location.href)).headers.get('content-security-policy')"
+    )
+    assert "default-src 'self'" in policy and "'unsafe-inline'" not in policy, policy
+
+
 def sign_in(browser, live_server, django_user_model, username: str, role: str):
     user = django_user_model.objects.create_user(username=username, password="pw-for-tests-1")
     set_role(user, role)
     page = browser.new_page(viewport={"width": 1366, "height": 900})
+    watch_csp(page)
     page.goto(f"{live_server.url}/")
     expect(page).to_have_url(re.compile(r"/login/"))
     page.get_by_label("User name").fill(username)
@@ -132,6 +162,7 @@ def test_a_pipeline_killed_backs_off_and_runs_again_before_the_operators_eyes(
 
     page.goto(f"{ticking.url}/")
     expect(page.locator('tr[data-pipeline="live"]')).to_contain_text("Running")
+    assert_no_csp_violations(page)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "overview.png"), full_page=True)
     page.goto(f"{ticking.url}/pipelines/live/")
@@ -158,6 +189,8 @@ def test_a_pipeline_killed_backs_off_and_runs_again_before_the_operators_eyes(
     restart.get_by_label("to confirm").fill("live")
     restart.get_by_role("button", name="Restart live").click()
     expect(page.locator(".flash-success")).to_contain_text("restart of live requested.")
+    expect(page.locator("#charts figure.chart")).to_have_count(4)
+    assert_no_csp_violations(page)
     page.screenshot(path=str(SCREENSHOTS / "pipeline.png"), full_page=True)
     page.get_by_role("link", name="Audit log").click()
     row = page.locator("tr", has_text="INC-42: picking up the new sink password")
@@ -171,8 +204,28 @@ def test_a_viewer_has_no_controls_and_a_forged_post_is_refused(
     browser, live_server, django_user_model, pipeline
 ):
     page = sign_in(browser, live_server, django_user_model, "vera", "viewer")
+    # The overview and the pipeline page (htmx refreshing them, uPlot drawing the charts) run
+    # under the Content-Security-Policy without a violation.
+    with page.expect_response(lambda r: "/pipelines/rows" in r.url):
+        pass  # one htmx refresh of the overview
+    assert_no_csp_violations(page)
     page.goto(f"{live_server.url}/pipelines/orders/")
     expect(page.locator("h1")).to_have_text("orders")
+    expect(page.locator("#charts figure.chart")).to_have_count(4)
+    with page.expect_response(lambda r: r.url.endswith("/pipelines/orders/status")):
+        pass  # one htmx refresh of the status
+    assert_no_csp_violations(page)
+    # And the policy holds: an injected inline script is refused, and reported.
+    with page.expect_console_message(lambda m: "Content Security Policy" in m.text):
+        page.evaluate(
+            """() => { const s = document.createElement("script");
+                       s.textContent = "window.injected = true"; document.head.appendChild(s); }"""
+        )
+    assert page.evaluate("() => window.injected") is None
+    page.wait_for_function("() => window.__cspViolations.length > 0")
+    assert "script-src" in page.evaluate("() => window.__cspViolations[0]")
+    page.reload()
+    page.csp_console.clear()
     assert page.locator("text=On-call controls").count() == 0
     assert page.locator("details.control").count() == 0
     # The same request the operator's form sends, forged with the viewer's own session.
@@ -245,6 +298,7 @@ def test_an_editor_creates_a_pipeline_with_a_mistake_corrects_it_and_edits_it(
     page.get_by_role("button", name="Save").click()
     expect(page.locator(".flash-success")).to_contain_text("refunds is at version 2")
     expect(page.locator("pre.spec")).to_contain_text("WHERE amount > 0")
+    assert_no_csp_violations(page)
 
 
 def test_an_admin_adds_a_connection_whose_password_is_never_shown_again(
@@ -272,4 +326,5 @@ def test_an_admin_adds_a_connection_whose_password_is_never_shown_again(
     expect(page.get_by_label("Password", exact=True)).to_have_attribute(
         "placeholder", "set — leave empty to keep it"
     )
+    assert_no_csp_violations(page)
     assert "typed-Secret-42" not in page.content()

@@ -11,9 +11,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from controlplane.connections.models import Connection
+from controlplane.connections.policy import clean_connection
 from controlplane.pipelines import controls, services
 from controlplane.pipelines.models import DesiredState, Pipeline, RunState, Status
-from jobs.connections import validate_connection
 from jobs.spec import SpecError
 
 DEMO_PIPELINE = "demo-deliveries"
@@ -64,11 +64,16 @@ class Command(BaseCommand):
                 "kafka",
                 {"bootstrap_servers": os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:59092")},
             )
-            self._connection(
-                "local-postgres",
-                "postgres",
-                {"dsn": os.environ.get("CONTROLPLANE_SINK_DATABASE_URL", "")},
-            )
+            # The demo's sink is a database of its own, never the control plane's
+            # (DATABASE_URL): that one is refused like any other pipeline's would be.
+            sink_url = os.environ.get("CONTROLPLANE_SINK_DATABASE_URL", "").strip()
+            if not sink_url:
+                self.stdout.write(
+                    "  Demo pipeline:  not created: set CONTROLPLANE_SINK_DATABASE_URL to a "
+                    "database the demo may write to"
+                )
+                return
+            self._connection("local-postgres", "postgres", {"dsn": sink_url})
             if not Pipeline.objects.filter(name=DEMO_PIPELINE).exists():
                 services.create_pipeline(
                     name=DEMO_PIPELINE,
@@ -86,11 +91,11 @@ class Command(BaseCommand):
     def _connection(self, name: str, kind: str, settings: dict) -> None:
         if Connection.objects.filter(name=name).exists():
             return
-        clean, secrets = validate_connection(kind, settings, {})
+        cleaned = clean_connection(kind, settings, {})
         connection = Connection(
-            name=name, kind=kind, settings=clean, description="embedded dev stack"
+            name=name, kind=kind, settings=cleaned.settings, description="embedded dev stack"
         )
-        connection.set_secrets(secrets)
+        connection.set_secrets(cleaned.secrets)
         connection.save()
 
     def _fresh_checkpoint(self) -> None:

@@ -1,0 +1,194 @@
+"""What a connection may point at, and what happens to its secrets when that changes.
+
+`jobs.connections` checks a connection's own settings (the DSN allow-list, TLS files from one
+directory). This module adds what only the control plane knows:
+
+- **The control plane's own database is off limits.** A Postgres connection that resolves to
+  the same server (by address, through DNS names, loopback and this host's own addresses, or
+  the Unix socket) and the same database as the control plane is refused: a pipeline writing
+  there could forge commit markers, users or tokens.
+- **Secrets follow their endpoint.** A stored password is only ever sent to the endpoint it
+  was entered for: changing where a connection points (host, port, database, user, brokers,
+  security protocol, TLS trust) drops the stored secrets unless new ones come with the change.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.db import connection as db_connection
+
+from jobs.connections import ConnectionPolicy, parse_postgres_dsn, validate_connection
+from jobs.spec import FieldError, SpecError
+
+# What identifies the far end of a connection: a change to any of these is a new endpoint.
+KAFKA_ENDPOINT = (
+    "bootstrap_servers",
+    "security_protocol",
+    "sasl_mechanism",
+    "sasl_username",
+    "ssl_cafile",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_check_hostname",
+)
+POSTGRES_ENDPOINT = ("host", "port", "dbname", "user", "sslmode", "sslrootcert")
+
+
+def connection_policy() -> ConnectionPolicy:
+    return ConnectionPolicy(
+        cert_dir=django_settings.CONTROLPLANE_CERT_DIR or None,
+        allow_unix_sockets=django_settings.CONTROLPLANE_ALLOW_UNIX_SOCKETS,
+    )
+
+
+@dataclass(frozen=True)
+class Cleaned:
+    settings: dict[str, Any]
+    secrets: dict[str, str]
+    dropped: tuple[str, ...] = ()  # stored secrets dropped because the endpoint changed
+
+
+def clean_connection(
+    kind: str,
+    settings: Any,
+    submitted_secrets: Mapping[str, Any] | None,
+    *,
+    stored_settings: Mapping[str, Any] | None = None,
+    stored_secrets: Mapping[str, str] | None = None,
+) -> Cleaned:
+    """Validate a new or changed connection; raises SpecError naming each problem.
+
+    `submitted_secrets`: the secrets given with this change (a value of None removes one);
+    the stored ones are kept for what is not mentioned, unless the endpoint changed.
+    """
+    secrets = dict(stored_secrets or {})
+    try:
+        new_settings, _ = validate_connection(kind, settings, {}, connection_policy())
+    except SpecError:
+        new_settings = None  # reported below, together with any problem of the secrets
+    dropped: tuple[str, ...] = ()
+    moved = (
+        stored_settings is not None
+        and new_settings is not None
+        and endpoint(kind, stored_settings) != endpoint(kind, new_settings)
+    )
+    if moved and secrets:
+        dropped = tuple(sorted(k for k in secrets if k not in (submitted_secrets or {})))
+        secrets = {}
+    for key, value in (submitted_secrets or {}).items():
+        if value is None:
+            secrets.pop(key, None)
+        else:
+            secrets[key] = value
+    clean_settings, clean_secrets = validate_connection(
+        kind, settings, secrets, connection_policy()
+    )
+    if kind == "postgres" and clean_settings.get("dsn"):
+        problem = control_plane_database_problem(clean_settings["dsn"])
+        if problem:
+            raise SpecError([FieldError("settings.dsn", problem)])
+    dropped = tuple(k for k in dropped if k not in clean_secrets)
+    return Cleaned(clean_settings, clean_secrets, dropped)
+
+
+def endpoint(kind: str, settings: Mapping[str, Any]) -> tuple:
+    if kind == "kafka":
+        return tuple(_frozen(settings.get(name)) for name in KAFKA_ENDPOINT)
+    try:
+        params = parse_postgres_dsn(settings.get("dsn") or "", connection_policy_lenient())
+    except ValueError:
+        return ("unparsable", settings.get("dsn"))
+    return tuple(params.get(name) for name in POSTGRES_ENDPOINT)
+
+
+def connection_policy_lenient() -> ConnectionPolicy:
+    """For reading stored settings only (never for connecting): accepts what an older, looser
+    policy may have stored, so that comparing endpoints never fails."""
+    return ConnectionPolicy(cert_dir="/", allow_unix_sockets=True)
+
+
+def _frozen(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+# -- the control plane's own database ------------------------------------------------------
+
+
+def control_plane_database_problem(dsn: str) -> str | None:
+    """Why a Postgres DSN may not be used (it is the control plane's own database), or None."""
+    try:
+        target = parse_postgres_dsn(dsn, connection_policy_lenient())
+    except ValueError:
+        return None  # refused elsewhere, with its own message
+    for own in _control_plane_databases():
+        if target["dbname"] != own["dbname"] or str(target["port"]) != str(own["port"]):
+            continue
+        if _same_server(target["host"], own["host"], int(target["port"])):
+            return (
+                f"points at the control plane's own database ({target['dbname']!r} on "
+                f"{target['host']}:{target['port']}); a pipeline may not write there"
+            )
+    return None
+
+
+def _control_plane_databases() -> list[dict[str, str]]:
+    """The control plane's database as configured, and as the running process uses it (the
+    test runner renames it)."""
+    out = []
+    for entry in (django_settings.DATABASES["default"], db_connection.settings_dict):
+        out.append(
+            {
+                "host": entry.get("HOST") or "/var/run/postgresql",
+                "port": str(entry.get("PORT") or 5432),
+                "dbname": entry.get("NAME") or "",
+            }
+        )
+    return out
+
+
+def _same_server(host_a: str, host_b: str, port: int) -> bool:
+    addresses_a, addresses_b = _addresses(host_a, port), _addresses(host_b, port)
+    if addresses_a & addresses_b:
+        return True
+    # Anything on this host reaches the same server: loopback, this host's own addresses,
+    # the wildcard address, and Unix sockets (of any directory: one server may have several).
+    return any(map(_is_local, addresses_a)) and any(map(_is_local, addresses_b))
+
+
+def _addresses(host: str, port: int) -> set[Any]:
+    if host.startswith(("/", "@")):
+        return {("unix", os.path.realpath(host))}
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return {("unresolved", host.lower())}
+    return {ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos}
+
+
+def _is_local(address: Any) -> bool:
+    if isinstance(address, tuple):
+        return address[0] == "unix"
+    if address.is_loopback or address.is_unspecified:
+        return True
+    mapped = getattr(address, "ipv4_mapped", None)
+    if mapped is not None and (mapped.is_loopback or mapped.is_unspecified):
+        return True
+    return address in _local_addresses()
+
+
+def _local_addresses() -> set[Any]:
+    import psutil
+
+    out = set()
+    for entries in psutil.net_if_addrs().values():
+        for entry in entries:
+            if entry.family in (socket.AF_INET, socket.AF_INET6):
+                out.add(ipaddress.ip_address(entry.address.split("%")[0]))
+    return out

@@ -1,0 +1,193 @@
+"""Outages of the control plane's own services, tried on a whole control plane of its own
+(tests/outage_stack.py: its own PostgreSQL and Redis, gunicorn, a Celery worker with beat,
+and a real Spark driver under load).
+
+- Redis stopped while an operator restarts a pipeline: the request answers at once (the
+  change is in Postgres), /healthz names the broker, and the restart happens once Redis is
+  back.
+- PostgreSQL (the control plane's database and the sink's, one server) stopped for 30 s
+  under load: /healthz says 503 meanwhile, no failure is recorded, the same run carries on by
+  itself, and every record is in the sink exactly once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+
+import psycopg
+import pytest
+import requests
+from kafka import KafkaProducer
+
+from tests.kafka_helpers import new_topic
+from tests.outage_stack import OutageStack
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+PIPELINE = "outage"
+
+
+@pytest.fixture(scope="module")
+def stack(kafka_bootstrap):
+    stack = OutageStack(kafka_bootstrap).start()
+    try:
+        yield stack
+    finally:
+        stack.close()
+
+
+class Load:
+    """Records with unique ids into the topic at about `rate` a second, until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str, rate: float = 200) -> None:
+        self.producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
+        self.topic, self.rate, self.sent = topic, rate, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            for _ in range(int(self.rate / 10)):
+                payload = json.dumps({"id": f"e{self.sent}", "n": self.sent}).encode()
+                self.producer.send(self.topic, value=payload, partition=self.sent % 3)
+                self.sent += 1
+            self._stop.wait(max(0.0, 0.1 - (time.monotonic() - started)))
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(10)
+        self.producer.flush()
+        self.producer.close()
+        return self.sent
+
+
+def sink_counts(stack: OutageStack, table: str) -> tuple[int, int]:
+    try:
+        with psycopg.connect(stack.sink_dsn, connect_timeout=3) as conn:
+            return conn.execute(f'SELECT count(*), count(DISTINCT id) FROM "{table}"').fetchone()
+    except (psycopg.errors.UndefinedTable, psycopg.OperationalError):
+        return (0, 0)
+
+
+def wait(predicate, timeout: float, what: str, stack: OutageStack) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except (requests.RequestException, ValueError, KeyError):
+            pass
+        time.sleep(1)
+    runs = ""
+    with contextlib.suppress(requests.RequestException):
+        runs = stack.api("GET", f"/api/pipelines/{PIPELINE}/runs/").text[-3000:]
+    logs = sorted((stack.var / "runs").glob("*/*/driver.log"))
+    driver = logs[-1].read_text(errors="replace")[-5000:] if logs else ""
+    raise AssertionError(
+        f"timed out waiting for {what}\nruns: {runs}\nworker: {stack.log('worker')[-2000:]}"
+        f"\ndriver: {driver}"
+    )
+
+
+def runs(stack: OutageStack) -> list[dict]:
+    return stack.api("GET", f"/api/pipelines/{PIPELINE}/runs/").json()["results"]
+
+
+def healthz(stack: OutageStack) -> tuple[int, dict]:
+    response = requests.get(f"{stack.url}/healthz", timeout=5)
+    return response.status_code, response.json()
+
+
+@pytest.fixture(scope="module")
+def pipeline(stack, kafka_bootstrap):
+    """A real driver reading a topic under load into a table of the stack's sink database."""
+    for body in (
+        {"name": "events", "kind": "kafka", "settings": {"bootstrap_servers": [kafka_bootstrap]}},
+        {"name": "warehouse", "kind": "postgres", "settings": {"dsn": stack.sink_dsn}},
+    ):
+        response = stack.api("POST", "/api/connections/", json=body)
+        assert response.status_code == 201, response.text
+    topic = new_topic(kafka_bootstrap)
+    table = f"outage_{topic.replace('-', '_')}"
+    spec = {
+        "source": {
+            "connection": "events",
+            "topics": [topic],
+            "schema": "id STRING, n INT",
+            "starting_offsets": "earliest",
+        },
+        "sink": {"connection": "warehouse", "table": table},
+        "trigger": {"interval_seconds": 1},
+        "restart_policy": {"kind": "fixed-delay", "attempts": 3, "delay_seconds": 1},
+    }
+    response = stack.api("POST", "/api/pipelines/", json={"name": PIPELINE, "spec": spec})
+    assert response.status_code == 201, response.text
+    load = Load(kafka_bootstrap, topic)
+    assert stack.api("POST", f"/api/pipelines/{PIPELINE}/start/").status_code == 202
+    try:
+        wait(lambda: sink_counts(stack, table)[0] > 0, 180, "the first rows", stack)
+        yield {"table": table, "load": load}
+    finally:
+        load.stop()
+
+
+def test_a_restart_asked_for_while_redis_is_down_answers_at_once_and_happens_after(stack, pipeline):
+    before = runs(stack)[0]
+    assert before["state"] == "running"
+    stack.redis.stop()
+    try:
+        # The client gives up after 5 s: a request that waited on the broker would fail here.
+        response = stack.api(
+            "POST", f"/api/pipelines/{PIPELINE}/restart/", json={"reason": "drill"}, timeout=5
+        )
+        assert response.status_code == 202, response.text
+        code, body = healthz(stack)
+        assert code == 503 and body["broker"] != "ok" and body["database"] == "ok", body
+        time.sleep(60)  # Redis stays down for a minute: nothing can act on the restart yet
+        assert runs(stack)[0]["generation"] == before["generation"]
+    finally:
+        stack.redis.start()
+    wait(
+        lambda: (
+            runs(stack)[0]["generation"] > before["generation"]
+            and runs(stack)[0]["state"] == "running"
+        ),
+        180,
+        "the restart once Redis is back",
+        stack,
+    )
+    assert healthz(stack)[0] == 200
+    audit = stack.api("GET", f"/api/audit/?pipeline={PIPELINE}").json()["results"]
+    assert ("restart", "drill") in [(e["action"], e["reason"]) for e in audit]
+
+
+def test_postgres_stopped_for_30_s_under_load_costs_a_pause_not_a_failure(stack, pipeline):
+    table, load = pipeline["table"], pipeline["load"]
+    wait(lambda: runs(stack)[0]["state"] == "running", 120, "a running driver", stack)
+    before = runs(stack)[0]
+    wait(lambda: sink_counts(stack, table)[0] > 0, 60, "rows before the outage", stack)
+
+    stack.postgres.stop()
+    down_since = time.monotonic()
+    answers = []
+    try:
+        while time.monotonic() - down_since < 30:
+            answers.append(healthz(stack))
+            time.sleep(3)
+    finally:
+        stack.postgres.start()
+    assert answers and all(code == 503 and body["database"] != "ok" for code, body in answers)
+
+    time.sleep(10)  # the load goes on after the outage too
+    produced = load.stop()
+    wait(lambda: sink_counts(stack, table)[0] >= produced, 240, f"{produced} rows", stack)
+    assert sink_counts(stack, table) == (produced, produced)  # exactly once
+    after = runs(stack)[0]
+    assert (after["generation"], after["state"]) == (before["generation"], "running")
+    failures = stack.api("GET", f"/api/pipelines/{PIPELINE}/failures/").json()["results"]
+    assert failures == [], failures
