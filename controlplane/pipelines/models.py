@@ -120,6 +120,9 @@ class ReconcilerState(models.Model):
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
     last_tick_at = models.DateTimeField(null=True)
+    # When ticks started again after a gap (the control plane's database or its workers were
+    # down): drivers could not be heard meanwhile, so their silence is measured from here.
+    resumed_at = models.DateTimeField(null=True)
     ticks = models.PositiveBigIntegerField(default=0)
     last_summary = models.JSONField(default=dict)
 

@@ -44,6 +44,7 @@ LAUNCH_GRACE = timedelta(seconds=60)
 
 
 def tick(now: datetime) -> dict:
+    _note_resumption(now)
     actions: dict[str, str] = {}
     for pipeline_id, name in Pipeline.objects.values_list("id", "name"):
         try:
@@ -60,6 +61,27 @@ def tick(now: datetime) -> dict:
             last_tick_at=now, ticks=F("ticks") + 1, last_summary=summary
         )
     return summary
+
+
+def _note_resumption(now: datetime) -> None:
+    """A tick after a gap (no tick for 3 intervals + 10 s: the database, the broker or the
+    workers were down) records when the control plane could hear drivers again."""
+    gap = timedelta(seconds=3 * settings.CONTROLPLANE_RECONCILE_SECONDS + 10)
+    state, _ = ReconcilerState.objects.get_or_create(id=1)
+    if state.last_tick_at is None or now - state.last_tick_at > gap:
+        ReconcilerState.objects.filter(id=1).update(resumed_at=now)
+        if state.last_tick_at is not None:
+            log.warning(
+                "no reconcile tick for %.0f s: drivers' silence is counted from now",
+                (now - state.last_tick_at).total_seconds(),
+            )
+
+
+def _deaf_recently(now: datetime, window: timedelta) -> bool:
+    """Whether the control plane came back within `window`: a driver's heartbeats or
+    progress may have been lost with it (its reports got 503s), so it is not judged yet."""
+    resumed = ReconcilerState.objects.filter(id=1).values_list("resumed_at", flat=True).first()
+    return resumed is not None and timedelta(0) <= now - resumed <= window
 
 
 def reconcile_pipeline(pipeline_id: int, now: datetime) -> str | None:
@@ -251,12 +273,12 @@ def _heartbeat_overdue(run: Run, now: datetime) -> str | None:
         return None
     timeout = timedelta(seconds=settings.CONTROLPLANE_HEARTBEAT_TIMEOUT)
     if run.last_heartbeat_at is not None:
-        if now - run.last_heartbeat_at > timeout:
+        if now - run.last_heartbeat_at > timeout and not _deaf_recently(now, timeout):
             silent = (now - run.last_heartbeat_at).total_seconds()
             return f"no heartbeat for {silent:.0f} s (timeout {timeout.total_seconds():g} s)"
         return None
     grace = timedelta(seconds=settings.CONTROLPLANE_STARTUP_GRACE)
-    if now - run.started_at > grace:
+    if now - run.started_at > grace and not _deaf_recently(now, timeout):
         return f"no heartbeat within {grace.total_seconds():g} s of the launch"
     return None
 
@@ -272,14 +294,14 @@ def _stalled(run: Run, now: datetime) -> str | None:
     seen = [t for t in (run.last_batch_at, run.last_idle_at) if t is not None]
     if seen:
         quiet = now - max(seen)
-        if quiet > window:
+        if quiet > window and not _deaf_recently(now, window):
             return (
                 f"no batch completed for {quiet.total_seconds():.0f} s with records to read"
                 f" (window {window.total_seconds():g} s)"
             )
         return None
     grace = timedelta(seconds=settings.CONTROLPLANE_STARTUP_GRACE) + window
-    if now - run.started_at > grace:
+    if now - run.started_at > grace and not _deaf_recently(now, window):
         return f"no batch completed within {grace.total_seconds():g} s of the launch"
     return None
 
