@@ -21,6 +21,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controlplane.accounts import security
 from controlplane.accounts.models import digest as token_digest
 
 from . import reconciler, tasks
@@ -35,6 +36,7 @@ class RunTokenAuthentication(BaseAuthentication):
         if not parts or parts[0].lower() != self.keyword.lower().encode():
             return None
         if len(parts) != 2:
+            security.api_token_refused(request, "malformed run token header")
             raise exceptions.AuthenticationFailed("Invalid run token header.")
         run = (
             Run.objects.select_related("pipeline")
@@ -42,6 +44,7 @@ class RunTokenAuthentication(BaseAuthentication):
             .first()
         )
         if run is None:
+            security.api_token_refused(request, "unknown run token")
             raise exceptions.AuthenticationFailed("Unknown run token.")
         return (None, run)
 

@@ -156,3 +156,11 @@ def test_state_operators_and_the_watermark_are_kept(running):
     assert (first.state_rows, first.state_memory_bytes) == (2000, 42_000)
     assert first.watermark.isoformat() == "2026-11-21T09:59:30+00:00"
     assert (second.state_rows, second.state_memory_bytes, second.watermark) == (None, None, None)
+
+
+def test_an_unknown_run_token_is_refused_and_logged_without_the_token(running, caplog):
+    with caplog.at_level("WARNING", logger="controlplane.security"):
+        response = driver("forged-token-xyz").post(f"/api/runs/{running.pk}/heartbeat/", {})
+    assert response.status_code == 401
+    assert "unknown run token" in caplog.text
+    assert "forged-token-xyz" not in caplog.text
