@@ -149,6 +149,9 @@ CONNECT_DEFAULTS = {
 }
 
 
+STATEMENT_TIMEOUT_MS = 600_000
+
+
 @dataclass(frozen=True)
 class ConnectionPolicy:
     """What the operator of this control plane allows connections to use. `cert_dir`: the
@@ -293,6 +296,11 @@ def postgres_conninfo(
     params = parse_postgres_dsn(settings["dsn"], policy)
     params.pop("password", None)
     kwargs: dict[str, Any] = {**CONNECT_DEFAULTS, **params}
+    # A statement that waits far longer than any batch should (a lock held by someone else)
+    # ends with an error instead of holding the sink forever.
+    kwargs["options"] = " ".join(
+        filter(None, [f"-c statement_timeout={STATEMENT_TIMEOUT_MS}", params.get("options")])
+    )
     if secrets.get("password"):
         kwargs["password"] = secrets["password"]
     return kwargs

@@ -129,6 +129,11 @@ def test_connect_arguments_spell_everything_out_and_read_no_local_files():
     assert kwargs["sslcertmode"] == "disable"  # never the host's ~/.postgresql/*.crt
     assert kwargs["password"] == "pw"
     assert {k: kwargs[k] for k in CONNECT_DEFAULTS} == CONNECT_DEFAULTS
+    assert kwargs["options"] == "-c statement_timeout=600000"  # a lock never holds it forever
+    with_path = postgres_conninfo(
+        {"dsn": "postgresql://app@db/sales?options=-c%20search_path%3Dsales"}, {}
+    )
+    assert with_path["options"] == "-c statement_timeout=600000 -c search_path=sales"
     # A stored DSN is checked again: a policy that no longer allows it refuses it.
     with pytest.raises(ValueError, match="Unix socket"):
         postgres_conninfo({"dsn": "postgresql://app@%2Ftmp/sales"}, {})

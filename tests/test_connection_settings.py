@@ -75,6 +75,7 @@ def test_a_password_inside_a_postgres_dsn_moves_to_the_secrets():
         "user": "app",
         "sslmode": "require",
         "password": "s3cr@t",
+        "options": "-c statement_timeout=600000",
     }
 
 
