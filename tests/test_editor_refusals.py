@@ -90,3 +90,17 @@ def test_a_kafka_connection_may_not_name_files_of_the_host(api):
     assert response.status_code == 400
     assert "CONTROLPLANE_CERT_DIR" in response.json()["settings.ssl_keyfile"][0]
     assert not Connection.objects.exists()
+
+
+@pytest.mark.parametrize("table", ["_cp_commits", "pg_catalog.pg_authid"])
+def test_the_pipeline_form_refuses_the_sinks_own_and_the_systems_tables(
+    editor,  # noqa: F811
+    kafka_connection,
+    postgres_connection,
+    table,
+):
+    response = editor.post(reverse("pipeline-new"), new_pipeline_post(table=table))
+    assert response.status_code == 400
+    problem = html.unescape(field_errors(response.content.decode(), "table"))
+    assert table in problem, problem
+    assert not Pipeline.objects.filter(name="payments").exists()
