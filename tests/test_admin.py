@@ -52,3 +52,47 @@ def test_healthz_reports_the_database_and_reconciler(client, db):
     body = client.get("/healthz").json()
     assert body["database"] == "ok"
     assert body["reconciler"] == "stale"
+
+
+def test_moving_a_connection_in_the_admin_drops_its_password_and_is_audited(admin_client, db):
+    from controlplane.connections.models import Connection
+    from controlplane.pipelines.models import AuditEntry
+
+    form = {
+        "name": "dw",
+        "kind": "postgres",
+        "description": "",
+        "settings": json.dumps({"dsn": "postgresql://app@db:5432/dw"}),
+        "secret_password": "pw-admin-1",
+    }
+    response = admin_client.post("/admin/connections/connection/add/", form)
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    connection = Connection.objects.get(name="dw")
+    assert connection.get_secrets() == {"password": "pw-admin-1"}
+    moved = {**form, "settings": json.dumps({"dsn": "postgresql://app@elsewhere:5432/dw"})}
+    del moved["secret_password"]
+    response = admin_client.post(
+        f"/admin/connections/connection/{connection.pk}/change/", moved, follow=True
+    )
+    assert "its stored password was removed" in response.content.decode()
+    assert Connection.objects.get(name="dw").get_secrets() == {}
+    entries = AuditEntry.objects.filter(connection_name="dw").order_by("id")
+    assert [(e.action, e.after.get("secrets_dropped")) for e in entries] == [
+        ("connection-create", None),
+        ("connection-update", ["password"]),
+    ]
+    # The control plane's own database is refused here too.
+    from django.db import connection as db
+
+    own = db.settings_dict
+    refused = {
+        **form,
+        "name": "own",
+        "settings": json.dumps(
+            {"dsn": f"postgresql://x@{own['HOST']}:{own['PORT']}/{own['NAME']}"}
+        ),
+    }
+    response = admin_client.post("/admin/connections/connection/add/", refused)
+    assert response.status_code == 200  # the form again, with the problem
+    assert "control plane&#x27;s own database" in response.content.decode()
+    assert not Connection.objects.filter(name="own").exists()

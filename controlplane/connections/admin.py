@@ -87,22 +87,16 @@ class ConnectionAdmin(admin.ModelAdmin):
             if change:
                 before = audit.connection_snapshot(Connection.objects.get(pk=obj.pk))
             super().save_model(request, obj, form, change)
-            after = audit.connection_snapshot(obj)
             dropped = getattr(form, "secrets_dropped", ())
             if dropped:
-                after["secrets_dropped"] = list(dropped)
                 self.message_user(
                     request,
                     f"{obj.name} now points elsewhere: its stored {', '.join(dropped)} was "
                     "removed. Enter it again.",
                     level=messages.WARNING,
                 )
-            audit.record_connection(
-                obj.name,
-                "connection-update" if change else "connection-create",
-                user=request.user,
-                before=before,
-                after=after,
+            audit.record_connection_saved(
+                obj, user=request.user, before=before, created=not change, dropped=dropped
             )
 
     def delete_model(self, request, obj) -> None:

@@ -40,12 +40,8 @@ class ConnectionViewSet(viewsets.ModelViewSet):
     def perform_create(self, serializer) -> None:
         with transaction.atomic():
             connection = serializer.save()
-            audit.record_connection(
-                connection.name,
-                "connection-create",
-                user=self.request.user,
-                before={},
-                after=audit.connection_snapshot(connection),
+            audit.record_connection_saved(
+                connection, user=self.request.user, before={}, created=True
             )
 
     def perform_update(self, serializer) -> None:
@@ -54,15 +50,12 @@ class ConnectionViewSet(viewsets.ModelViewSet):
                 Connection.objects.select_for_update().get(pk=serializer.instance.pk)
             )
             connection = serializer.save()
-            after = audit.connection_snapshot(connection)
-            if serializer.secrets_dropped:
-                after["secrets_dropped"] = list(serializer.secrets_dropped)
-            audit.record_connection(
-                connection.name,
-                "connection-update",
+            audit.record_connection_saved(
+                connection,
                 user=self.request.user,
                 before=before,
-                after=after,
+                created=False,
+                dropped=serializer.secrets_dropped,
             )
 
     def destroy(self, request, *args, **kwargs) -> Response:

@@ -64,3 +64,20 @@ def record_connection(
         before=before,
         after=after,
     )
+
+
+def record_connection_saved(
+    connection, *, user, before: dict, created: bool, dropped=()
+) -> AuditEntry:
+    """A connection was created or changed (API, pages or admin): `before` is its snapshot
+    from before the change, `dropped` the stored secrets the change removed."""
+    after = connection_snapshot(connection)
+    if dropped:
+        after["secrets_dropped"] = list(dropped)
+    return record_connection(
+        connection.name,
+        "connection-create" if created else "connection-update",
+        user=user,
+        before=before,
+        after=after,
+    )

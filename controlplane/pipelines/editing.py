@@ -217,15 +217,12 @@ def _save_connection(request, connection, kind):
             with transaction.atomic():
                 before = audit.connection_snapshot(connection)
                 saved = serializer.save()
-                after = audit.connection_snapshot(saved)
-                if serializer.secrets_dropped:
-                    after["secrets_dropped"] = list(serializer.secrets_dropped)
-                audit.record_connection(
-                    saved.name,
-                    "connection-update" if connection else "connection-create",
+                audit.record_connection_saved(
+                    saved,
                     user=request.user,
                     before=before,
-                    after=after,
+                    created=connection is None,
+                    dropped=serializer.secrets_dropped,
                 )
             verb = "saved" if connection else "created"
             if serializer.secrets_dropped:
