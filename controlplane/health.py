@@ -2,8 +2,12 @@
 
 A dependency that is down refuses connections at once; one that is paused (a stopped
 process, a partitioned network) accepts them and never answers. Each check therefore runs in
-a background thread and is given a deadline; while one check is still stuck, the next caller
-is told at once instead of starting another thread that would hang the same way.
+a background thread and is given a deadline. Callers share the check in flight instead of
+starting another thread that would hang the same way, so a stuck dependency costs one
+thread, not one per request.
+
+`database_answering()` is the same check, remembered for a second: the web app refuses
+requests at once (503) while the database does not answer, instead of letting each one hang.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
 import psycopg
@@ -25,26 +29,37 @@ class _Probe:
         self.name = name
         self.check = check
         self.lock = threading.Lock()
-        self.inflight = None
+        self.inflight: Future | None = None
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"health-{name}")
 
-    def start(self):
-        """A future for a new check, or a message if the last one is still stuck."""
+    def start(self) -> Future:
+        """The check in flight, or a new one."""
         with self.lock:
-            if self.inflight is not None and not self.inflight.done():
-                return "not answering (an earlier check is still waiting)"
-            self.inflight = self.executor.submit(self.check)
+            if self.inflight is None or self.inflight.done():
+                self.inflight = self.executor.submit(self.check)
             return self.inflight
+
+    @staticmethod
+    def outcome(future: Future, timeout: float) -> str:
+        try:
+            future.result(timeout=max(0.0, timeout))
+        except FutureTimeout:
+            return "not answering"
+        except Exception as exc:
+            return f"unreachable: {type(exc).__name__}"
+        return "ok"
+
+
+def _database_params() -> dict:
+    params = connection.get_connection_params()
+    for name in ("cursor_factory", "context", "prepare_threshold", "options"):
+        params.pop(name, None)
+    params["connect_timeout"] = 2
+    return params
 
 
 def _database() -> None:
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    params.pop("prepare_threshold", None)
-    params.pop("options", None)
-    params["connect_timeout"] = 2
-    with psycopg.connect(**params, autocommit=True) as conn:
+    with psycopg.connect(**_database_params(), autocommit=True) as conn:
         conn.execute("SELECT 1")
 
 
@@ -63,17 +78,30 @@ def check(deadline: float = DEADLINE_SECONDS) -> dict[str, str]:
     """Each dependency's state ("ok", or what is wrong), all within about `deadline`."""
     started = time.monotonic()
     running = {name: probe.start() for name, probe in _PROBES.items()}
-    out = {}
-    for name, future in running.items():
-        if isinstance(future, str):
-            out[name] = future
-            continue
-        try:
-            future.result(timeout=max(0.0, deadline - (time.monotonic() - started)))
-        except FutureTimeout:
-            out[name] = f"not answering within {deadline:g} s"
-        except Exception as exc:
-            out[name] = f"unreachable: {type(exc).__name__}"
-        else:
-            out[name] = "ok"
-    return out
+    return {
+        name: _Probe.outcome(future, deadline - (time.monotonic() - started))
+        for name, future in running.items()
+    }
+
+
+_remembered = {"at": float("-inf"), "ok": True}
+_remembered_lock = threading.Lock()
+
+
+def database_answering(max_age: float = 1.0, deadline: float = 0.5) -> bool:
+    """Whether the database answered a check in the last `max_age` seconds (checking again,
+    for at most `deadline` seconds, when that is older)."""
+    now = time.monotonic()
+    with _remembered_lock:
+        if now - _remembered["at"] < max_age:
+            return _remembered["ok"]
+    ok = _Probe.outcome(_PROBES["database"].start(), deadline) == "ok"
+    with _remembered_lock:
+        _remembered.update(at=time.monotonic(), ok=ok)
+    return ok
+
+
+def forget() -> None:
+    """Drop the remembered answer (tests)."""
+    with _remembered_lock:
+        _remembered.update(at=float("-inf"), ok=True)
