@@ -1,7 +1,7 @@
 """Shared fixtures.
 
 Integration tests talk to the real services that `./stack test` starts (PostgreSQL, Redis,
-Tansu) and to one local Spark session shared by the whole run. Nothing here skips a test
+Apache Kafka) and to one local Spark session shared by the whole run. Nothing here skips a test
 when a service is missing: a missing service is a failed run, with a message saying why.
 """
 
@@ -29,7 +29,7 @@ def _required_env(name: str) -> str:
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> str:
-    """host:port of the Kafka-compatible broker under test (Tansu in development)."""
+    """host:port of the Kafka broker under test (Apache Kafka in development)."""
     return _required_env("KAFKA_BOOTSTRAP_SERVERS")
 
 

@@ -1,4 +1,4 @@
-"""Producing test data into the real broker (Tansu in development)."""
+"""Producing test data into the real broker (Apache Kafka in development)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 
 def new_topic(bootstrap: str, partitions: int = 3, prefix: str = "t") -> str:
-    """A fresh topic per test: Tansu keeps everything in memory, so tests never share one."""
+    """A fresh topic per test: the broker keeps its log on disk across runs, so tests never
+    share one (nor see an earlier run's records)."""
     name = f"{prefix}-{uuid.uuid4().hex[:10]}"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
