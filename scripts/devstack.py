@@ -384,6 +384,8 @@ class Kafka(Service):
             "-XX:+ExitOnOutOfMemoryError",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.log_config}",
+            # Logging stays up until the broker's own shutdown hook has finished logging.
+            "-Dlog4j2.shutdownHookEnabled=false",
             "-cp",
             f"{self.libs}/*",
         ]
