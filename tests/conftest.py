@@ -1,7 +1,7 @@
 """Shared fixtures.
 
 Integration tests talk to the real services that `./stack test` starts (PostgreSQL, Redis,
-Tansu) and to one local Spark session shared by the whole run. Nothing here skips a test
+Apache Kafka) and to one local Spark session shared by the whole run. Nothing here skips a test
 when a service is missing: a missing service is a failed run, with a message saying why.
 """
 
@@ -29,8 +29,16 @@ def _required_env(name: str) -> str:
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> str:
-    """host:port of the Kafka-compatible broker under test (Tansu in development)."""
-    return _required_env("KAFKA_BOOTSTRAP_SERVERS")
+    """host:port of the Kafka broker under test (Apache Kafka in development). The topics
+    the session created are deleted at its end."""
+    bootstrap = _required_env("KAFKA_BOOTSTRAP_SERVERS")
+    yield bootstrap
+    from tests.kafka_helpers import delete_created_topics
+
+    try:
+        delete_created_topics(bootstrap)
+    except Exception as exc:  # tidying up must not fail the run
+        logging.getLogger(__name__).warning("could not delete the session's topics: %s", exc)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Producing test data into the real broker (Tansu in development)."""
+"""Producing test data into the real broker (Apache Kafka in development)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,16 @@ import uuid
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
+# Topics this test session created: deleted when it ends (conftest), so a development
+# broker, whose log is kept on disk, does not collect every run's topics.
+CREATED: set[str] = set()
+
 
 def new_topic(bootstrap: str, partitions: int = 3, prefix: str = "t") -> str:
-    """A fresh topic per test: Tansu keeps everything in memory, so tests never share one."""
+    """A fresh topic per test: the broker keeps its log on disk across runs, so tests never
+    share one (nor see an earlier run's records)."""
     name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    CREATED.add(name)
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         admin.create_topics([NewTopic(name, partitions, 1)])
@@ -42,3 +48,18 @@ def produce(
     finally:
         producer.close()
     return n
+
+
+def delete_created_topics(bootstrap: str) -> None:
+    """Delete the topics this session created (best-effort)."""
+    if not CREATED:
+        return
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        existing = set(admin.list_topics())
+        doomed = sorted(CREATED & existing)
+        for i in range(0, len(doomed), 100):
+            admin.delete_topics(doomed[i : i + 100])
+    finally:
+        admin.close()
+    CREATED.clear()

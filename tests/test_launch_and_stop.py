@@ -97,7 +97,7 @@ def test_start_runs_a_driver_and_stop_ends_it_gracefully_and_it_resumes(
 ):
     # The worker's secrets, which the driver must not inherit (checked below).
     plant_secrets(monkeypatch)
-    # Tansu keeps groups as long as it runs: a group of this run's own.
+    # Kafka keeps a group's offsets (on disk, across runs): a group of this run's own.
     group = f"e2e-lag-tools-{uuid.uuid4().hex[:8]}"
     topic, table = new_pipeline(api, kafka_bootstrap, "e2e", source={"consumer_group": group})
     produce(kafka_bootstrap, topic, ({"id": f"a{i}", "n": i} for i in range(500)))

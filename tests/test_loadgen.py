@@ -6,6 +6,7 @@ import uuid
 from kafka import KafkaConsumer, TopicPartition
 
 from jobs.loadgen import encoded, produce
+from tests.kafka_helpers import CREATED
 
 
 def test_events_are_about_200_bytes_of_json_with_the_demo_fields():
@@ -31,6 +32,7 @@ def test_the_malformed_share_is_respected():
 
 def test_it_produces_the_requested_count(kafka_bootstrap):
     topic = f"loadgen-{uuid.uuid4().hex[:8]}"
+    CREATED.add(topic)  # the load generator creates it; deleted with the session's others
     assert produce(kafka_bootstrap, topic, rate=0, count=300, partitions=3) == 300
     consumer = KafkaConsumer(bootstrap_servers=kafka_bootstrap)
     tps = [TopicPartition(topic, p) for p in range(3)]

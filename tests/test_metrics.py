@@ -1,4 +1,4 @@
-"""Pipeline metrics and checkpoints through the API, against real Tansu, Spark and Postgres.
+"""Pipeline metrics and checkpoints through the API, against real Kafka, Spark and Postgres.
 
 The job runs in the test's Spark session (Trigger.AvailableNow) with the checkpoint where the
 control plane keeps it; between runs the pipeline is stopped, as after an operator's stop.

@@ -1,4 +1,4 @@
-"""Kafka -> Spark -> Postgres, exactly once, with dead letters: real Tansu, Spark, Postgres."""
+"""Kafka -> Spark -> Postgres, exactly once, with dead letters: real Kafka, Spark, Postgres."""
 
 from __future__ import annotations
 

@@ -363,10 +363,12 @@ def log_bounds(consumer, partitions) -> tuple[dict, dict]:
     """First offsets and log end offsets of (topic, partition) pairs, the ends confirmed by a
     fetch's high watermark.
 
-    ListOffsets(latest) can under-report on some brokers (Tansu 0.6 misses most of the last
-    record batch); the high watermark a fetch returns is authoritative, so one small fetch
-    at the reported end checks it. `consumer` is assigned the partitions (a metadata consumer
-    with a small max_partition_fetch_bytes, not one that reads data).
+    On Apache Kafka, ListOffsets(latest) is the high watermark itself, and the check below
+    only confirms it. Some Kafka-compatible brokers under-report it (missing the tail of the
+    last record batch), which would leave records unread until more arrive; the high watermark
+    a fetch returns is authoritative, so one small fetch at the reported end checks it (the
+    larger of the two wins). `consumer` is assigned the partitions (a metadata consumer with a
+    small max_partition_fetch_bytes, not one that reads data).
     """
     from kafka import TopicPartition
 
@@ -440,7 +442,9 @@ def _worker_consumer(client_config: dict):
                 **client_config,
                 enable_auto_commit=False,
                 auto_offset_reset="none",
-                fetch_max_wait_ms=10,  # Tansu returns nothing with 0
+                # The broker answers as soon as records are there; where there are none (the
+                # end of a range), within 10 ms, so a read never idles on the default 500 ms.
+                fetch_max_wait_ms=10,
                 max_partition_fetch_bytes=8 * 1024 * 1024,
                 fetch_max_bytes=64 * 1024 * 1024,
                 max_poll_records=50_000,

@@ -124,12 +124,11 @@ def test_deleting_a_pipeline_frees_its_connections(api, pipeline):
 
 
 def test_the_kafka_check_really_reaches_the_broker(api, kafka_bootstrap):
-    from kafka import KafkaProducer
+    from tests.kafka_helpers import new_topic, produce
 
-    topic = "connection-check-topic"
-    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
-    producer.send(topic, b"{}").get(timeout=10)
-    producer.close()
+    # The broker creates no topic on first use (auto.create.topics.enable=false): made here.
+    topic = new_topic(kafka_bootstrap, partitions=1, prefix="connection-check")
+    produce(kafka_bootstrap, topic, [b"{}"], partitions=1)
     create(api, name="events", kind="kafka", settings={"bootstrap_servers": [kafka_bootstrap]})
     response = api.post("/api/connections/events/test/")
     assert response.status_code == 200

@@ -51,8 +51,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--kafka-restarted-empty",
             action="store_true",
-            help="the embedded broker (in-memory) was just started empty: the demo's checkpoint"
-            " points into a log that no longer exists, so start the demo from a new one",
+            help="the embedded broker's storage was just formatted (a new, empty log): the"
+            " demo's checkpoint points into a log that no longer exists, so start the demo from"
+            " a new one",
         )
 
     def handle(self, *args, kafka_restarted_empty: bool = False, **_):
@@ -99,7 +100,7 @@ class Command(BaseCommand):
         connection.save()
 
     def _fresh_checkpoint(self) -> None:
-        """The demo's Kafka log is gone (memory storage): drop its checkpoint, and start it
+        """The demo's Kafka log is gone (new broker storage): drop its checkpoint, and start it
         again if it gave up on the records it can no longer find (audited)."""
         pipeline = Pipeline.objects.filter(name=DEMO_PIPELINE).first()
         if pipeline is None:
