@@ -444,7 +444,8 @@ def _worker_consumer(client_config: dict):
                 auto_offset_reset="none",
                 # The broker answers as soon as records are there; where there are none (the
                 # end of a range), within 10 ms, so a read never idles on the default 500 ms.
-                fetch_max_wait_ms=10,
+                # A broker that answers such short fetches empty gets longer ones (FetchWait).
+                fetch_max_wait_ms=FetchWait.FAST_MS,
                 max_partition_fetch_bytes=8 * 1024 * 1024,
                 fetch_max_bytes=64 * 1024 * 1024,
                 max_poll_records=50_000,
@@ -469,13 +470,53 @@ def _arrow_batch(r: Range, chunks: list[Chunk]):
 
 def read_range(partition: KafkaRangePartition) -> Iterator:
     from kafka import TopicPartition
-    from kafka.errors import OffsetOutOfRangeError
 
     r = partition.range
     tp = TopicPartition(r.topic, r.partition)
     consumer, chunked = _worker_consumer(partition.client_config)
     consumer.assign([tp])
     consumer.seek(tp, r.start)
+    wait = FetchWait(consumer)
+    try:
+        yield from _read(consumer, chunked, tp, r, partition, wait)
+    finally:
+        wait.reset()  # the consumer is reused by the next range
+
+
+class FetchWait:
+    """How long the broker may hold a fetch (`fetch_max_wait_ms`) for this consumer.
+
+    Short (10 ms) by default: the records of a range are known to exist, so a short wait only
+    matters at the end of the log, where it keeps a read from idling on the default 500 ms.
+    But a broker may answer a short fetch empty although the records exist (seen with a
+    Kafka-compatible broker under load, and possible on a busy real one): each empty answer
+    doubles the wait, up to Kafka's default 500 ms, and records bring it back down.
+    """
+
+    FAST_MS = 10
+    SLOW_MS = 500
+
+    def __init__(self, consumer) -> None:
+        self.config = getattr(getattr(consumer, "_fetcher", None), "config", None)
+        self.ms = self.FAST_MS
+
+    def _apply(self, ms: int) -> None:
+        self.ms = ms
+        if self.config is not None:
+            self.config["fetch_max_wait_ms"] = ms
+
+    def empty(self) -> None:
+        if self.ms < self.SLOW_MS:
+            self._apply(min(self.ms * 2, self.SLOW_MS))
+
+    def reset(self) -> None:
+        if self.ms != self.FAST_MS:
+            self._apply(self.FAST_MS)
+
+
+def _read(consumer, chunked, tp, r, partition, wait: FetchWait) -> Iterator:
+    from kafka.errors import OffsetOutOfRangeError
+
     pending: list[Chunk] = []
     rows = 0
     expected = r.start
@@ -505,7 +546,10 @@ def read_range(partition: KafkaRangePartition) -> Iterator:
             pending, rows = [], 0
         if polled:
             deadline = time.monotonic() + partition.poll_timeout_ms / 1000
-        elif time.monotonic() > deadline:
+            wait.reset()
+        elif expected < r.end:
+            wait.empty()
+        if not polled and time.monotonic() > deadline:
             end = consumer.end_offsets([tp])[tp]
             if end < r.end:
                 message = (
