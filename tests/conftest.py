@@ -81,6 +81,25 @@ def _no_security_counters():
     caches["security"].clear()
 
 
+@pytest.fixture(autouse=True)
+def _no_remembered_web_app_answer():
+    """The reconciler remembers for a few seconds whether the web app drivers report to
+    answers (CONTROLPLANE_URL): each test starts without that answer."""
+    from controlplane.pipelines import reconciler
+
+    reconciler._ingestion.update(checked=float("-inf"), why=None)
+    yield
+    reconciler._ingestion.update(checked=float("-inf"), why=None)
+
+
+@pytest.fixture
+def listening(settings, live_server):
+    """Drivers' reports go to this test's own web app (the reconciler spares silent drivers
+    while the web app does not answer)."""
+    settings.CONTROLPLANE_URL = live_server.url
+    return live_server
+
+
 @pytest.fixture
 def user(db, django_user_model):
     """An editor: may read, use the on-call controls and change pipelines and connections."""

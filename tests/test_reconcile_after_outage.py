@@ -29,7 +29,7 @@ def driver():
 
 
 @pytest.fixture
-def heard_until_t0(pipeline, driver, settings):
+def heard_until_t0(pipeline, driver, settings, listening):
     settings.CONTROLPLANE_HEARTBEAT_TIMEOUT = 30
     settings.CONTROLPLANE_RECONCILE_SECONDS = 5
     row = Pipeline.objects.get(name="orders")
@@ -49,6 +49,7 @@ def heard_until_t0(pipeline, driver, settings):
         last_batch_at=T0,
     )
     ReconcilerState.objects.create(id=1, last_tick_at=T0)
+    run.listening_url = listening.url
     return run
 
 
@@ -70,3 +71,32 @@ def test_without_an_outage_the_same_silence_is_a_lost_driver(heard_until_t0):
         reconciler.tick(T0 + timedelta(seconds=second))
     actions = reconciler.tick(T0 + timedelta(seconds=35))["actions"]
     assert actions == {"orders": "lost-heartbeat"}
+
+
+def test_a_silent_driver_is_not_killed_while_the_web_app_it_reports_to_is_down(
+    heard_until_t0, settings, black_hole_url
+):
+    """The reports go through the web app: when it does not answer, every driver is silent,
+    and killing them all would turn an outage of the control plane into one of the data."""
+    settings.CONTROLPLANE_URL = black_hole_url
+    for second in range(5, 31, 5):
+        reconciler.tick(T0 + timedelta(seconds=second))
+    assert reconciler.tick(T0 + timedelta(seconds=35))["actions"] == {"orders": "unheard"}
+    assert Run.objects.get(pk=heard_until_t0.pk).state == "running"
+    pipeline = Pipeline.objects.get(name="orders")
+    assert "does not answer" in pipeline.status_message
+    assert "it is not killed" in pipeline.status_message
+    # The web app answers again: the driver is still silent, so now it is lost.
+    settings.CONTROLPLANE_URL = heard_until_t0.listening_url
+    reconciler._ingestion.update(checked=float("-inf"))
+    assert reconciler.tick(T0 + timedelta(seconds=40))["actions"] == {"orders": "lost-heartbeat"}
+    assert Pipeline.objects.get(name="orders").status_message == ""
+
+
+@pytest.fixture
+def black_hole_url():
+    """A port where nothing listens: the web app is down."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"

@@ -156,7 +156,7 @@ def test_a_definition_error_is_not_restarted(api, standin):
     assert body["last_failure"]["decision"] == failure.decision
 
 
-def test_a_run_that_stops_heartbeating_is_killed_and_restarted(api, standin, settings):
+def test_a_run_that_stops_heartbeating_is_killed_and_restarted(api, standin, settings, listening):
     standin.setenv("STANDIN_MODE", "silent")
     settings.CONTROLPLANE_STARTUP_GRACE = 5
     t = start(api, {"kind": "fixed-delay", "attempts": 3, "delay_seconds": 2})
@@ -191,7 +191,7 @@ def test_the_supervisor_reports_the_exit_itself_at_once(api, standin, settings, 
     assert orders().status == "backing-off"
 
 
-def test_a_run_that_heartbeats_but_completes_no_batch_is_stalled(api, standin, settings):
+def test_a_run_that_heartbeats_but_completes_no_batch_is_stalled(api, standin, settings, listening):
     """Alive and heartbeating, but no batch and no idle report for the window: stuck."""
     standin.setenv("STANDIN_MODE", "silent")
     t = start(api, {"kind": "fixed-delay", "attempts": 3, "delay_seconds": 2})

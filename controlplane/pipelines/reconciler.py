@@ -22,8 +22,10 @@ left alone, and the pipeline says so (`status_message`).
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timedelta
 
+import requests
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Value
@@ -234,7 +236,7 @@ def _observe(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
             _set_message(pipeline, message)
             return "elsewhere"
         return None
-    if pipeline.status_message:
+    if pipeline.status_message and not pipeline.status_message.startswith(UNHEARD):
         _set_message(pipeline, "")
     report = launcher.exit_report(run) if run.run_dir else None
     if report is not None:
@@ -255,16 +257,50 @@ def _observe(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
         return "vanished"
     for cause, check in (("lost-heartbeat", _heartbeat_overdue), ("stalled", _stalled)):
         problem = check(run, now) if run.state == RunState.RUNNING else None
+        if problem is not None and (why := reports_cannot_arrive()):
+            # The driver's reports go through the web app: while it does not answer, a silent
+            # driver is not a lost one, and killing every pipeline for it would turn an outage
+            # of the control plane into an outage of the data.
+            message = f"{UNHEARD}: run {run.generation} {problem}, but {why}; it is not killed"
+            if pipeline.status_message != message:
+                log.warning("pipeline %s: %s", pipeline.name, message)
+                _set_message(pipeline, message)
+            return "unheard"
         if problem is not None:
+            if pipeline.status_message.startswith(UNHEARD):
+                _set_message(pipeline, "")
             log.warning(
                 "pipeline %s: run %s %s; killing it", pipeline.name, run.generation, problem
             )
             launcher.kill(run)
             finish(run, now, exit_code=None, cause=cause, error=problem)
             return cause
+    if pipeline.status_message.startswith(UNHEARD):
+        _set_message(pipeline, "")  # heard again
     if pipeline.desired_state != DesiredState.RUNNING or pipeline.generation != run.generation:
         return _stop(pipeline, run, now)
     return None
+
+
+UNHEARD = "not heard"
+_ingestion = {"checked": float("-inf"), "why": None}
+
+
+def reports_cannot_arrive(max_age: float = 10.0) -> str | None:
+    """Why drivers' reports cannot be reaching the control plane (the web app they are sent
+    to, CONTROLPLANE_URL, does not answer), or None. Checked at most every `max_age` seconds,
+    and only when some run looks silent."""
+    now = time.monotonic()
+    if now - _ingestion["checked"] < max_age:
+        return _ingestion["why"]
+    url = f"{settings.CONTROLPLANE_URL.rstrip('/')}/healthz"
+    try:
+        requests.get(url, timeout=3)  # any answer, even a 503, means reports can arrive
+        why = None
+    except requests.RequestException as exc:
+        why = f"the web app at {settings.CONTROLPLANE_URL} does not answer ({type(exc).__name__})"
+    _ingestion.update(checked=time.monotonic(), why=why)
+    return why
 
 
 def _heartbeat_overdue(run: Run, now: datetime) -> str | None:
