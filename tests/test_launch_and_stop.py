@@ -16,6 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from django.utils import timezone
+from kafka import errors as kafka_errors
 from kafka.admin import KafkaAdminClient
 
 from controlplane.pipelines import launcher, reconciler
@@ -76,9 +77,15 @@ def new_pipeline(api, bootstrap: str, name: str, *, source=None, **spec) -> tupl
 
 
 def group_offsets(bootstrap: str, group: str) -> dict:
+    """The group's committed offsets; {} while the broker's group coordinator is not ready
+    (a new broker loads its offsets topic on first use: a retriable error, asked again)."""
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         seen = admin.list_group_offsets(group)[group]
+    except kafka_errors.KafkaError as exc:
+        if not getattr(exc, "retriable", False):
+            raise
+        return {}
     finally:
         admin.close()
     return {(tp.topic, tp.partition): m.offset for tp, m in seen.items()}
