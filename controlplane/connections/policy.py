@@ -24,7 +24,12 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.db import connection as db_connection
 
-from jobs.connections import ConnectionPolicy, parse_postgres_dsn, validate_connection
+from jobs.connections import (
+    ConnectionPolicy,
+    parse_postgres_dsn,
+    postgres_conninfo,
+    validate_connection,
+)
 from jobs.spec import FieldError, SpecError
 
 # What identifies the far end of a connection: a change to any of these is a new endpoint.
@@ -96,6 +101,18 @@ def clean_connection(
             raise SpecError([FieldError("settings.dsn", problem)])
     dropped = tuple(k for k in dropped if k not in clean_secrets)
     return Cleaned(clean_settings, clean_secrets, dropped)
+
+
+def postgres_connect_arguments(
+    settings: Mapping[str, Any], secrets: Mapping[str, str]
+) -> dict[str, Any]:
+    """psycopg.connect() arguments for a stored Postgres connection, checked again (the
+    policy or the control plane's database may have changed since it was saved); raises
+    ValueError saying what is wrong with its `settings.dsn`."""
+    problem = control_plane_database_problem(settings.get("dsn", ""))
+    if problem:
+        raise ValueError(problem)
+    return postgres_conninfo(settings, secrets, connection_policy())
 
 
 def endpoint(kind: str, settings: Mapping[str, Any]) -> tuple:

@@ -9,10 +9,10 @@ import psycopg
 from kafka import KafkaConsumer
 
 from controlplane.redaction import redact
-from jobs.connections import kafka_client_config, postgres_conninfo
+from jobs.connections import kafka_client_config
 
 from .models import Connection
-from .policy import connection_policy, control_plane_database_problem
+from .policy import postgres_connect_arguments
 
 
 @dataclass
@@ -71,10 +71,10 @@ def _probe_kafka(settings: dict, secrets: dict, timeout: float) -> ProbeResult:
 def _probe_postgres(settings: dict, secrets: dict, timeout: float) -> ProbeResult:
     # Checked again here, not only on save: the policy or the control plane's database may
     # have changed since, and a test hands the stored password to the target.
-    problem = control_plane_database_problem(settings.get("dsn", ""))
-    if problem:
-        return ProbeResult(False, 0, f"refused: the DSN {problem}")
-    kwargs = postgres_conninfo(settings, secrets, connection_policy())
+    try:
+        kwargs = postgres_connect_arguments(settings, secrets)
+    except ValueError as exc:
+        return ProbeResult(False, 0, f"refused: the DSN {exc}")
     kwargs["connect_timeout"] = max(1, round(timeout))
     with psycopg.connect(**kwargs) as conn:
         conn.execute(

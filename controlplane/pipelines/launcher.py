@@ -24,7 +24,7 @@ import pyspark
 from django.conf import settings
 
 from controlplane.accounts.models import digest
-from jobs.connections import kafka_client_config, postgres_conninfo
+from jobs.connections import kafka_client_config
 from jobs.files import write_private
 from jobs.jvm import spark_jars
 
@@ -63,13 +63,10 @@ def sink_conninfo(sink) -> dict:
     """The sink's connection arguments, checked again at every launch against the DSN
     allow-list and the control plane's own database (either may have changed since the
     connection was saved)."""
-    from controlplane.connections.policy import connection_policy, control_plane_database_problem
+    from controlplane.connections.policy import postgres_connect_arguments
 
-    problem = control_plane_database_problem(sink.settings.get("dsn", ""))
-    if problem:
-        raise SinkRefused(f"SinkRefused: connection {sink.name!r}: settings.dsn {problem}")
     try:
-        return postgres_conninfo(sink.settings, sink.get_secrets(), connection_policy())
+        return postgres_connect_arguments(sink.settings, sink.get_secrets())
     except ValueError as exc:
         raise SinkRefused(f"SinkRefused: connection {sink.name!r}: settings.dsn {exc}") from None
 
