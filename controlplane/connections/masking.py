@@ -44,8 +44,9 @@ def known_secrets() -> tuple[str, ...]:
     return ordered
 
 
-def mask(text: str | None) -> str:
-    """`text` with every stored secret value and anything shaped like a credential masked."""
+def mask(text: str | None, secrets: tuple[str, ...] | None = None) -> str:
+    """`text` with every stored secret value and anything shaped like a credential masked.
+    `secrets`: known_secrets() fetched once by a caller masking many texts."""
     if not text:
         return text or ""
-    return redact(text, known_secrets())
+    return redact(text, known_secrets() if secrets is None else secrets)

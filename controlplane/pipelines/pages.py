@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 from controlplane import health
 from controlplane.accounts.decorators import role_required
 from controlplane.accounts.roles import OPERATOR, VIEWER, has_role
-from controlplane.connections.masking import mask
+from controlplane.connections.masking import known_secrets, mask
 
 from . import controls, detail, metrics, overview, tasks
 from .models import AuditEntry, Pipeline, ReconcilerState, RunState
@@ -178,8 +178,9 @@ def pipeline_diff(request, name: str):
 def _masked(failures) -> list:
     """Failures with stored secret values masked out of their messages (for display)."""
     out = list(failures)
+    secrets = known_secrets()
     for failure in out:
-        failure.message = mask(failure.message)
+        failure.message = mask(failure.message, secrets)
     return out
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.connections.masking import mask
+from controlplane.connections.masking import known_secrets, mask
 
 from .models import AuditEntry, DesiredState, Failure, Pipeline, PipelineVersion, Run, Status
 
@@ -73,7 +73,7 @@ class PipelineSerializer(serializers.ModelSerializer):
         return {
             "cause": failure.cause,
             "at": serializers.DateTimeField().to_representation(failure.at),
-            "message": mask(failure.message),
+            "message": mask(failure.message, _secrets(self.context)),
             "decision": failure.decision,
         }
 
@@ -121,7 +121,7 @@ class RunSerializer(serializers.ModelSerializer):
         ]
 
     def get_error_tail(self, run: Run) -> str:
-        return mask(run.error_tail)
+        return mask(run.error_tail, _secrets(self.context))
 
 
 class FailureSerializer(serializers.ModelSerializer):
@@ -133,7 +133,7 @@ class FailureSerializer(serializers.ModelSerializer):
         fields = ["at", "cause", "message", "permanent", "decision", "restart_at", "run"]
 
     def get_message(self, failure: Failure) -> str:
-        return mask(failure.message)
+        return mask(failure.message, _secrets(self.context))
 
 
 class AuditEntrySerializer(serializers.ModelSerializer):
@@ -154,3 +154,10 @@ class AuditEntrySerializer(serializers.ModelSerializer):
             "before",
             "after",
         ]
+
+
+def _secrets(context: dict) -> tuple[str, ...]:
+    """The stored secret values, looked up once per response (a list shares its context)."""
+    if "known_secrets" not in context:
+        context["known_secrets"] = known_secrets()
+    return context["known_secrets"]
