@@ -301,17 +301,24 @@ def main() -> int:
         print(f"progress rows stored: {rows:,}")
         ratios = {k: round(loaded[k] / baseline[k], 2) if baseline[k] else None for k in baseline}
         print("loaded / baseline:   " + ", ".join(f"{k} {v}" for k, v in ratios.items()))
-        print(
-            json.dumps(
-                {
-                    "pipelines": len(bench.runs),
-                    "progress_rows": rows,
-                    "baseline": baseline,
-                    "loaded": loaded,
-                    "loaded_to_baseline": ratios,
-                }
-            )
+        line = json.dumps(
+            {
+                "pipelines": len(bench.runs),
+                "progress_rows": rows,
+                "baseline": baseline,
+                "loaded": loaded,
+                "loaded_to_baseline": ratios,
+                "machine": {
+                    "host": socket.gethostname(),
+                    "cpus": os.cpu_count(),
+                    "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+                },
+            }
         )
+        print(line)
+        results = ROOT / "bench" / "results"
+        results.mkdir(exist_ok=True)
+        (results / "control_plane.json").write_text(line + "\n")
         return 0
     finally:
         if server is not None:
