@@ -90,15 +90,21 @@ _PERMANENT = [
         ),
         "a definition error (Spark cannot analyse the transform)",
     ),
-    (re.compile(r"\b(SpecError|MixedWritesError|SinkRefused)\b"), "a definition error"),
+    (re.compile(r"\b(SpecError|MixedWritesError|SinkRefused|ReaderError)\b"), "a definition error"),
     (
         re.compile(
-            r"password authentication failed|SaslAuthenticationFailed|SASL authentication", re.I
+            r"password authentication failed|SaslAuthentication(Failed|Exception)"
+            r"|SASL authentication|invalid credentials with SASL mechanism",
+            re.I,
         ),
         "bad credentials",
     ),
     (re.compile(r"InsufficientPrivilege|permission denied for", re.I), "missing privileges"),
-    (re.compile(r"\bDataLossError\b"), "data loss (fail_on_data_loss is true)"),
+    # Ours (the Python reader) and Spark's connector's (error class KAFKA_DATA_LOSS).
+    (
+        re.compile(r"\bDataLossError\b|\bKAFKA_DATA_LOSS\b|Some data may have been lost"),
+        "data loss (fail_on_data_loss is true)",
+    ),
 ]
 
 

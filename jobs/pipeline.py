@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .files import write_private
+from .kafka import readers
 from .sinks.jvm_writer import JvmWriter
 from .sinks.postgres import Column, PostgresSink
 from .spec import PipelineSpec, parse_spec
@@ -69,36 +70,64 @@ def register_sources(spark) -> None:
     spark.dataSource.register(KafkaDataSource)
 
 
-def source_frame(spark, config: RunConfig):
+def kafka_connector_loaded(spark) -> bool:
+    """Whether this Spark application has Spark's Kafka connector (data source `kafka`)."""
+    jvm = spark.sparkContext._jvm
+    try:
+        jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(
+            "kafka", spark._jsparkSession.sessionState().conf()
+        )
+    except Exception:  # py4j's Py4JJavaError: DATA_SOURCE_NOT_FOUND
+        return False
+    return True
+
+
+def choose_reader(spark, config: RunConfig) -> readers.Pin:
+    """The reader (and, for Spark's connector, the input partitions) this run uses: the
+    checkpoint's when it has one, else the spec's or the default; then kept with it."""
+    src = config.spec.source
+    pinned = readers.read_pin(config.checkpoint)
+    pin = readers.decide(
+        src.reader,
+        src.min_partitions or spark.sparkContext.defaultParallelism,
+        pinned,
+        connector=kafka_connector_loaded(spark),
+        replay_pending=readers.replay_pending(config.checkpoint),
+    )
+    if pin != pinned:
+        readers.write_pin(config.checkpoint, pin)
+    return pin
+
+
+def source_frame(spark, config: RunConfig, pin: readers.Pin | None = None):
     """Raw Kafka rows: key, value, topic, partition, offset, timestamp."""
     src = config.spec.source
+    pin = pin or choose_reader(spark, config)
     starting = src.starting_offsets
     since = starting_timestamp_ms(starting)
-    if src.reader == "spark-kafka":
-        # Spark's JVM connector, where the cluster has it (spark-sql-kafka on the classpath).
-        reader = (
-            spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", ",".join(config.kafka["bootstrap_servers"]))
-            .option("subscribe", ",".join(src.topics))
-            .option("failOnDataLoss", str(src.fail_on_data_loss).lower())
-            .option("maxOffsetsPerTrigger", str(src.max_records_per_batch))
+    log.info("reading %s with the %s reader", ",".join(src.topics), pin.reader)
+    if pin.reader == readers.SPARK_KAFKA:
+        spark.conf.set("spark.sql.redaction.options.regex", readers.OPTIONS_REDACTION_REGEX)
+        if isinstance(starting, dict) and since is None:
+            starting = readers.starting_offsets_json(starting, _partitions(config))
+        options = readers.spark_kafka_options(
+            config.kafka,
+            topics=src.topics,
+            starting=starting,
+            starting_timestamp_ms=since,
+            max_records_per_batch=src.max_records_per_batch,
+            fail_on_data_loss=src.fail_on_data_loss,
+            min_partitions=pin.min_partitions,
         )
-        if since is not None:
-            reader = reader.option("startingTimestamp", str(since)).option(
-                "startingOffsetsByTimestampStrategy", "latest"
-            )
-        else:
-            reader = reader.option(
-                "startingOffsets", starting if isinstance(starting, str) else json.dumps(starting)
-            )
-        return reader.load().select("key", "value", "topic", "partition", "offset", "timestamp")
+        frame = spark.readStream.format("kafka").options(**options).load()
+        return frame.select("key", "value", "topic", "partition", "offset", "timestamp")
     reader = (
         spark.readStream.format("cp_kafka")
         .option("topics", ",".join(src.topics))
         .option("config_file", config.kafka_config_file())
         .option("max_records_per_batch", str(src.max_records_per_batch))
         .option("fail_on_data_loss", str(src.fail_on_data_loss).lower())
-        .option("min_partitions", str(spark.sparkContext.defaultParallelism))
+        .option("min_partitions", str(src.min_partitions or spark.sparkContext.defaultParallelism))
     )
     if since is not None:
         reader = reader.option("starting_timestamp", str(since))
@@ -107,6 +136,22 @@ def source_frame(spark, config: RunConfig):
             "starting_offsets", starting if isinstance(starting, str) else json.dumps(starting)
         )
     return reader.load()
+
+
+def _partitions(config: RunConfig) -> list[tuple[str, int]]:
+    """Every partition of the source's topics, from the broker's metadata."""
+    from .kafka.source import metadata_consumer
+
+    consumer = metadata_consumer(config.kafka)
+    try:
+        found = [
+            (t, p)
+            for t in config.spec.source.topics
+            for p in consumer.partitions_for_topic(t) or ()
+        ]
+    finally:
+        consumer.close()
+    return found
 
 
 def parsed_frame(raw, spec: PipelineSpec):

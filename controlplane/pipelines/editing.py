@@ -61,7 +61,7 @@ NEW_PIPELINE_DEFAULTS = {
     "starting_offsets": "latest",
     "max_records_per_batch": "100000",
     "fail_on_data_loss": True,
-    "reader": "python",
+    "reader": "",
     "mode": "append",
     "interval_seconds": "1",
     "restart_kind": "exponential-delay",

@@ -83,7 +83,22 @@ PIPELINE_FIELDS = [
         "checkbox",
         "off: log a warning and resume at the first record still there",
     ),
-    Field("reader", "source.reader", "Reader", "select", choices=("python", "spark-kafka")),
+    Field(
+        "reader",
+        "source.reader",
+        "Reader",
+        "select",
+        "empty: Spark's Kafka connector where installed, else the Python reader; a checkpoint"
+        " keeps the reader it was started with",
+        choices=("", "spark-kafka", "python"),
+    ),
+    Field(
+        "min_partitions",
+        "source.min_partitions",
+        "Min input partitions",
+        "number",
+        "empty: the application's cores",
+    ),
     Field(
         "consumer_group",
         "source.consumer_group",

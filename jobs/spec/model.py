@@ -36,9 +36,16 @@ class KafkaSource:
     max_records_per_batch: int = 100_000
     # Fail the query when records were deleted by retention before being read (Spark's default).
     fail_on_data_loss: bool = True
-    # "python": our Python Data Source reader (no JVM connector needed);
-    # "spark-kafka": Spark's own JVM Kafka connector, where the cluster has it.
-    reader: Literal["python", "spark-kafka"] = "python"
+    # "spark-kafka": Spark's own JVM Kafka connector (spark-sql-kafka-0-10);
+    # "python": our Python Data Source reader on kafka-python, for a Spark without the connector;
+    # None: the connector where its jars are installed, else the Python reader. The reader a
+    # checkpoint was started with is kept beside it (jobs.kafka.readers): their offset logs
+    # differ, so a checkpoint is always read on by the reader that wrote it.
+    reader: Literal["python", "spark-kafka"] | None = None
+    # Spark input partitions a batch is cut into at least (large offset ranges are split):
+    # None: the application's cores (spark.default.parallelism). Kept with the checkpoint like
+    # the reader, so a replayed batch is cut as it was the first time.
+    min_partitions: int | None = None
     # After each committed batch, also commit its end offsets to this Kafka consumer group,
     # so that existing lag tools (Burrow, kafka-consumer-groups, exporters) see the job.
     # Best-effort: the checkpoint stays the source of truth (jobs.kafka.group_commit).

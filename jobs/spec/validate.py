@@ -100,7 +100,14 @@ class Section:
             return None
         return value
 
-    def integer(self, name: str, default: Any = _MISSING, *, minimum: int | None = None) -> Any:
+    def integer(
+        self,
+        name: str,
+        default: Any = _MISSING,
+        *,
+        minimum: int | None = None,
+        maximum: int | None = None,
+    ) -> Any:
         value = self.get(name, default)
         if value is None or value is default:
             return value
@@ -112,6 +119,9 @@ class Section:
                 return None
         if minimum is not None and value < minimum:
             self.error(name, f"must be at least {minimum}, got {value}")
+            return None
+        if maximum is not None and value > maximum:
+            self.error(name, f"must be at most {maximum}, got {value}")
             return None
         return value
 
@@ -237,7 +247,8 @@ def _parse_source(
     starting = _parse_starting_offsets(s, topics or ())
     max_records = s.integer("max_records_per_batch", KafkaSource.max_records_per_batch, minimum=1)
     fail_on_data_loss = s.boolean("fail_on_data_loss", True)
-    reader = s.string("reader", "python", choices=("python", "spark-kafka"))
+    reader = s.string("reader", None, choices=READERS)
+    min_partitions = s.integer("min_partitions", None, minimum=1, maximum=MAX_MIN_PARTITIONS)
     group = s.string("consumer_group", None)
     if group is not None and not _GROUP_ID.fullmatch(group):
         s.error(
@@ -255,11 +266,14 @@ def _parse_source(
         max_records_per_batch=max_records,
         fail_on_data_loss=fail_on_data_loss,
         reader=reader,
+        min_partitions=min_partitions,
         consumer_group=group,
     )
 
 
 _GROUP_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
+READERS = ("spark-kafka", "python")
+MAX_MIN_PARTITIONS = 10_000
 
 
 def _type_names(t: Any) -> list[str]:
