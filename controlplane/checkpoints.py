@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from jobs.kafka import readers
 from jobs.kafka.offsets import flatten
 
 
@@ -56,6 +57,7 @@ class Checkpoint:
     history: list[CheckpointBatch] = field(default_factory=list)  # newest first
     size_bytes: int = 0
     state_size_bytes: int = 0
+    reader: str | None = None  # the Kafka reader that started it (jobs.kafka.readers)
 
     def committed_offsets(self) -> dict[tuple[str, int], int]:
         if self.last_committed is None:
@@ -67,6 +69,7 @@ class Checkpoint:
         return {
             "path": self.path,
             "query_id": self.query_id,
+            "reader": self.reader,
             "last_batch_id": last.batch_id if last else None,
             "last_commit_at": _iso(last.committed_at) if last else None,
             "committed_offsets": last.offsets if last else {},
@@ -92,6 +95,9 @@ def read_checkpoint(path: str | Path, *, history: int = 20) -> Checkpoint | None
     batches = []
     for n in sorted(planned, reverse=True)[:history]:
         batches.append(_batch(n, planned[n], committed.get(n)))
+    pin = None
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        pin = readers.read_pin(root)
     last = None
     if last_id is not None and last_id in planned:
         last = _batch(last_id, planned[last_id], committed[last_id])
@@ -103,6 +109,7 @@ def read_checkpoint(path: str | Path, *, history: int = 20) -> Checkpoint | None
         history=batches,
         size_bytes=_size(root),
         state_size_bytes=_size(root / "state"),
+        reader=pin.reader if pin else None,
     )
 
 

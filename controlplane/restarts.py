@@ -93,7 +93,7 @@ _PERMANENT = [
     (re.compile(r"\b(SpecError|MixedWritesError|SinkRefused|ReaderError)\b"), "a definition error"),
     (
         re.compile(
-            r"password authentication failed|SaslAuthentication(Failed|Exception)"
+            r"password authentication failed|SaslAuthentication(Failed|Exception)|SaslLoginError"
             r"|SASL authentication|invalid credentials with SASL mechanism",
             re.I,
         ),

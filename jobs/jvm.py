@@ -1,95 +1,229 @@
-"""The jobs' JVM side: jobs/java/*.java built into one jar, and the jars a driver needs.
+"""The jobs' JVM side: the Maven module jobs/java, and the jars a driver needs.
 
-    python -m jobs.jvm build     (./stack runs it; rebuilds only when a source changed)
+    python -m jobs.jvm build [--force]   (./stack runs it; a no-op unless pom.xml or a source
+                                          changed)
+    python -m jobs.jvm test              (./stack test runs it: the module's JUnit tests)
 
-The jar holds the Postgres sink's direct writer (jobs/java/PgCopyWriter.java), which runs in
-the executors' JVM. It is compiled against the Spark jars shipped with pip's pyspark and
-Debian's Postgres JDBC driver (libpostgresql-jdbc-java). Without the jar or the driver, jobs
-still run: the sink uses its Python writer (slower, the same guarantees).
+`build` runs `mvn package` in jobs/java (jobs/java/pom.xml pins every version), which puts
+every jar a driver adds to `spark.jars` in jobs/java/build/jars/: controlplane-spark.jar (the
+Postgres sink's direct writer, jobs/java/src/main/java/controlplane/spark/PgCopyWriter.java,
+which runs in the executors' JVM), the Postgres JDBC driver, and Spark's Kafka connector with
+the jars it needs besides pyspark's own. The code is compiled against the jars pip's pyspark
+ships, so nothing of Spark is downloaded. Maven fetches the rest from Maven Central into
+~/.m2 once; later builds run offline. Without the jars, jobs still run: the sink uses its
+Python writer (slower, the same guarantees).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
-import os
+import importlib.metadata
+import re
 import shutil
 import subprocess
 import sys
-import tempfile
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 SOURCES = Path(__file__).resolve().parent / "java"
+POM = SOURCES / "pom.xml"
 BUILD = SOURCES / "build"
-JAR = BUILD / "controlplane-spark.jar"
-STAMP = BUILD / ".sources"
-DEFAULT_JDBC_JAR = "/usr/share/java/postgresql.jar"
+JARS = BUILD / "jars"
+JAR = JARS / "controlplane-spark.jar"
 WRITER_CLASS = "controlplane.spark.PgCopyWriter"
+# What the jars in JARS were built from (see _inputs_digest), and the pom of the last test run
+# that passed: Maven runs offline (-o) when ~/.m2 is known to hold what that pom needs.
+STAMP = BUILD / ".built"
+TESTED = BUILD / ".tested"
+_LOCK = BUILD / ".lock"
+_MAVEN_OUT = BUILD / "maven"  # the pom's <build><directory>
+_POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 
 
-def jdbc_jar() -> Path | None:
-    path = Path(os.environ.get("CONTROLPLANE_JDBC_JAR", DEFAULT_JDBC_JAR))
-    return path if path.is_file() else None
+def _pom_property(name: str) -> str:
+    root = ET.parse(POM).getroot()  # noqa: S314 (this checkout's own file)
+    value = root.findtext(f"m:properties/m:{name}", namespaces=_POM_NS)
+    if not value:
+        raise RuntimeError(f"{POM} has no property {name}")
+    return value.strip()
+
+
+# Spark's Kafka connector (org.apache.spark:spark-sql-kafka-0-10_2.13), pinned in the pom.
+KAFKA_CONNECTOR_VERSION = _pom_property("spark.kafka.version")
+KAFKA_CONNECTOR_JAR = JARS / f"spark-sql-kafka-0-10_2.13-{KAFKA_CONNECTOR_VERSION}.jar"
+# The connector's jar and those it needs that pyspark does not ship (names without version).
+_KAFKA_ARTIFACTS = (
+    "spark-sql-kafka-0-10_2.13",
+    "spark-token-provider-kafka-0-10_2.13",
+    "kafka-clients",
+    "commons-pool2",
+)
 
 
 def spark_jars() -> list[str]:
-    """What a driver adds to `spark.jars` (or spark-submit --jars): empty when either jar is
-    missing, and the sink then writes from Python."""
-    driver = jdbc_jar()
-    if driver is None or not JAR.is_file():
+    """What a driver adds to `spark.jars` (or spark-submit --jars): every jar of the build,
+    controlplane-spark.jar first; empty when the build is missing, and the sink then writes
+    from Python."""
+    if not JAR.is_file():
         return []
-    return [str(JAR), str(driver)]
+    return [str(JAR), *sorted(str(p) for p in JARS.glob("*.jar") if p != JAR)]
 
 
-def _sources_digest() -> str:
+def has_kafka_connector() -> bool:
+    """Whether Spark's Kafka connector (format "kafka") is among spark_jars()."""
+    return JAR.is_file() and KAFKA_CONNECTOR_JAR.is_file()
+
+
+def kafka_connector_jars() -> list[str]:
+    """The connector's jars among spark_jars() (empty without the connector)."""
+    if not has_kafka_connector():
+        return []
+    return [
+        jar
+        for jar in spark_jars()
+        if any(Path(jar).name.startswith(f"{name}-") for name in _KAFKA_ARTIFACTS)
+    ]
+
+
+def _digest(paths: list[Path], *extra: str) -> str:
     digest = hashlib.sha256()
-    for path in sorted(SOURCES.glob("*.java")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    for path in paths:
+        digest.update(str(path.relative_to(SOURCES)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for item in extra:
+        digest.update(item.encode() + b"\0")
     return digest.hexdigest()[:16]
 
 
-def build(force: bool = False) -> Path:
-    """Compile jobs/java into JAR unless it is up to date; returns the jar's path."""
+def _pom_digest() -> str:
+    return _digest([POM])
+
+
+def _inputs_digest() -> str:
+    """pom.xml, the main sources and pyspark's version (whose jars they are compiled against):
+    the tests are not part of the jar."""
+    main = sorted(p for p in (SOURCES / "src" / "main").rglob("*") if p.is_file())
+    return _digest([POM, *main], "pyspark " + importlib.metadata.version("pyspark"))
+
+
+@contextmanager
+def _locked() -> Iterator[None]:
+    """One Maven run at a time in this checkout (test sessions build concurrently)."""
+    BUILD.mkdir(exist_ok=True)
+    with _LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _pyspark_jars() -> Path:
+    """pip's pyspark's jars, after checking they are the ones the pom names."""
     import pyspark
 
-    want = _sources_digest()
-    if not force and JAR.is_file() and STAMP.is_file() and STAMP.read_text() == want:
-        return JAR
-    driver = jdbc_jar()
-    if driver is None:
+    want = _pom_property("pyspark.version")
+    if pyspark.__version__ != want:
         raise RuntimeError(
-            f"the Postgres JDBC driver is missing ({DEFAULT_JDBC_JAR}; Debian package"
-            " libpostgresql-jdbc-java, or set CONTROLPLANE_JDBC_JAR)"
+            f"jobs/java/pom.xml compiles against pyspark {want}'s jars but pyspark"
+            f" {pyspark.__version__} is installed: update the pom's pyspark.* properties"
+            " (the jars' names in pyspark/jars/)"
         )
-    javac, jar = shutil.which("javac"), shutil.which("jar")
-    if javac is None or jar is None:
-        raise RuntimeError("javac and jar are missing (Debian package openjdk-17-jdk-headless)")
-    classpath = os.pathsep.join([str(Path(pyspark.__file__).parent / "jars" / "*"), str(driver)])
-    BUILD.mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=BUILD) as tmp:
-        classes = Path(tmp) / "classes"
-        # Built from files of this checkout with tools found on PATH, no user input.
-        subprocess.run(  # noqa: S603
-            [javac, "--release", "17", "-nowarn", "-cp", classpath, "-d", str(classes)]
-            + [str(p) for p in sorted(SOURCES.glob("*.java"))],
-            check=True,
-        )
-        built = Path(tmp) / JAR.name
-        subprocess.run([jar, "cf", str(built), "-C", str(classes), "."], check=True)  # noqa: S603
-        built.replace(JAR)
-    STAMP.write_text(want)
+    return Path(pyspark.__file__).parent / "jars"
+
+
+def _maven(goals: list[str], *, offline: bool, jars_dir: Path) -> None:
+    """Run Maven quietly in jobs/java; on failure, its output goes to stderr."""
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise RuntimeError("Maven is missing (Debian packages maven and openjdk-17-jdk-headless)")
+    command = [
+        mvn, "-q", "-B", "-Dstyle.color=never", *(["-o"] if offline else []),
+        "-f", str(POM),
+        f"-Dpyspark.jars={_pyspark_jars()}",
+        f"-Djars.dir={jars_dir}",
+        *goals,
+    ]  # fmt: skip
+    # Built from files of this checkout with tools found on PATH, no user input.
+    result = subprocess.run(command, cwd=SOURCES, capture_output=True, text=True, check=False)  # noqa: S603
+    if result.returncode != 0:
+        # Debian's Maven prints colour resets even with -B: dropped.
+        sys.stderr.write(re.sub(r"\x1b\[[0-9;]*m", "", result.stdout + result.stderr))
+        raise RuntimeError(f"{' '.join(['mvn', *goals])} failed in {SOURCES} (see above)")
+
+
+def _install(new: Path) -> None:
+    """Move the fresh build's jars into JARS one file at a time (each replaced atomically: a
+    JVM still reading the old file keeps it), then drop jars the build no longer has."""
+    JARS.mkdir(exist_ok=True)
+    names = set()
+    for path in new.glob("*.jar"):
+        path.replace(JARS / path.name)
+        names.add(path.name)
+    for path in JARS.glob("*.jar"):
+        if path.name not in names:
+            path.unlink()
+    shutil.rmtree(new)
+
+
+def build(force: bool = False) -> Path:
+    """Build jobs/java into JARS unless it is up to date; returns the writer jar's path."""
+
+    def up_to_date(want: str) -> bool:
+        return JAR.is_file() and STAMP.is_file() and STAMP.read_text().split()[1:] == [want]
+
+    want = _inputs_digest()
+    if not force and up_to_date(want):
+        return JAR
+    with _locked():
+        if not force and up_to_date(want):  # built by another process meanwhile
+            return JAR
+        pom = _pom_digest()
+        offline = STAMP.is_file() and STAMP.read_text().split()[:1] == [pom]
+        new = BUILD / "jars.new"
+        shutil.rmtree(new, ignore_errors=True)
+        # clean: a class whose source went away must not stay in the jar. The tests are
+        # `python -m jobs.jvm test`'s.
+        _maven(["clean", "package", "-Dmaven.test.skip=true"], offline=offline, jars_dir=new)
+        if not (new / JAR.name).is_file():
+            raise RuntimeError(f"mvn package made no {JAR.name} in {new}")
+        _install(new)
+        STAMP.write_text(f"{pom} {want}\n")
+        for legacy in (BUILD / "controlplane-spark.jar", BUILD / ".sources"):  # javac's build
+            legacy.unlink(missing_ok=True)
     return JAR
 
 
+def test() -> str:
+    """Run jobs/java's unit tests; returns a one-line summary, raises RuntimeError on failure."""
+    with _locked():
+        pom = _pom_digest()
+        offline = TESTED.is_file() and TESTED.read_text().strip() == pom
+        reports = _MAVEN_OUT / "surefire-reports"
+        shutil.rmtree(reports, ignore_errors=True)
+        # `test` stops before packaging: JARS is not touched.
+        _maven(["test"], offline=offline, jars_dir=BUILD / "jars.test")
+        TESTED.write_text(pom + "\n")
+    counts = [0, 0]
+    for report in reports.glob("TEST-*.xml"):
+        suite = ET.parse(report).getroot()  # noqa: S314 (written by Maven just now)
+        counts[0] += int(suite.get("tests", 0))
+        counts[1] += int(suite.get("skipped", 0))
+    return f"jobs/java: {counts[0]} tests passed ({counts[1]} skipped)"
+
+
 def main(argv: list[str]) -> int:
-    if argv[:1] != ["build"]:
-        print("usage: python -m jobs.jvm build [--force]", file=sys.stderr)
+    command = argv[:1]
+    if command not in (["build"], ["test"]):
+        print("usage: python -m jobs.jvm build [--force] | test", file=sys.stderr)
         return 2
     try:
-        path = build(force="--force" in argv)
-    except (RuntimeError, subprocess.CalledProcessError) as exc:
+        print(build(force="--force" in argv) if command == ["build"] else test())
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         print(f"jobs.jvm: {exc}", file=sys.stderr)
         return 1
-    print(path)
     return 0
 
 

@@ -18,7 +18,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
-from jobs.kafka.group_commit import GroupCommitter, offset_mirror  # noqa: E402
+from jobs.kafka import group_commit  # noqa: E402
 from jobs.pipeline import RunConfig, start_query  # noqa: E402
 from jobs.reporting import Reporter, progress_listener  # noqa: E402
 
@@ -60,8 +60,9 @@ def main(argv: list[str]) -> int:
         spark.streams.addListener(progress_listener(reporter))
     mirror = None
     if config.spec.source.consumer_group:
-        mirror = GroupCommitter(config.kafka, config.spec.source.consumer_group)
-        spark.streams.addListener(offset_mirror(mirror))
+        mirror = group_commit.attach(
+            spark, config.kafka, config.spec.source.consumer_group, config.pipeline
+        )
     query = start_query(spark, config)
     log.info("query %s started (checkpoint %s)", query.id, config.checkpoint)
     try:

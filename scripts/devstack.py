@@ -16,6 +16,7 @@ import glob
 import hashlib
 import os
 import pwd
+import shlex
 import shutil
 import signal
 import socket
@@ -35,6 +36,24 @@ REDIS_PORT = int(os.environ.get("CONTROLPLANE_REDIS_PORT", "56379"))
 KAFKA_PORT = int(os.environ.get("CONTROLPLANE_KAFKA_PORT", "59092"))
 KAFKA_CONTROLLER_PORT = int(
     os.environ.get("CONTROLPLANE_KAFKA_CONTROLLER_PORT", str(KAFKA_PORT + 1))
+)
+# A second client listener, SASL_PLAINTEXT, for tests of authenticated clients.
+KAFKA_SASL_PORT = int(os.environ.get("CONTROLPLANE_KAFKA_SASL_PORT", str(KAFKA_PORT + 2)))
+KAFKA_SASL_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
+# Test-only credentials of the local broker, fixed here on purpose, not generated: its
+# PLAINTEXT listener on the same loopback address needs no credentials at all, so a secret
+# password would protect nothing, and a fixed one is the same for every var directory, every
+# restart and every storage (formatted with it, or given it at start). Never used for
+# anything but this broker; `./stack services` exports them as KAFKA_SASL_USERNAME/_PASSWORD.
+KAFKA_SASL_USERNAME = "cp-test"
+KAFKA_SASL_PASSWORD = "cp-test-dev-only-Xq7"  # noqa: S105 - see above
+# Exported by `./stack services`; with an existing cluster (KAFKA_BOOTSTRAP_SERVERS set) only
+# if they are set in the environment too.
+SASL_ENV = (
+    "KAFKA_SASL_BOOTSTRAP_SERVERS",
+    "KAFKA_SASL_USERNAME",
+    "KAFKA_SASL_PASSWORD",
+    "KAFKA_SASL_MECHANISMS",
 )
 KAFKA_HEAP_OPTS = os.environ.get("CONTROLPLANE_KAFKA_HEAP_OPTS", "-Xms256m -Xmx512m")
 WEB_HOST = os.environ.get("CONTROLPLANE_WEB_HOST", "127.0.0.1")
@@ -325,7 +344,14 @@ class Kafka(Service):
         # The JVM's own output (start-up failures, crashes); the broker logs to kafka.log.
         self.outfile = VAR / "log" / "kafka.out"
         self.formatted_here = False
-        self.env = {"KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{KAFKA_PORT}"}
+        self.env = {
+            "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{KAFKA_PORT}",
+            # The SASL listener and its test user (tests/test_kafka_sasl.py).
+            "KAFKA_SASL_BOOTSTRAP_SERVERS": f"127.0.0.1:{KAFKA_SASL_PORT}",
+            "KAFKA_SASL_USERNAME": KAFKA_SASL_USERNAME,
+            "KAFKA_SASL_PASSWORD": KAFKA_SASL_PASSWORD,
+            "KAFKA_SASL_MECHANISMS": ",".join(KAFKA_SASL_MECHANISMS),
+        }
 
     def running(self) -> bool:
         return read_pid(self.pidfile) is not None and port_open(KAFKA_PORT)
@@ -333,10 +359,20 @@ class Kafka(Service):
     def start(self) -> None:
         if self.running():
             log(f"Kafka already running on port {KAFKA_PORT}")
+            if not port_open(KAFKA_SASL_PORT):
+                # Started by an older ./stack, before the broker had a SASL listener: the
+                # SASL tests are skipped until it is restarted.
+                log(
+                    f"Kafka has no SASL listener on port {KAFKA_SASL_PORT} (started before it "
+                    "had one): `./stack stop`, then start it again, to get it"
+                )
+                for key in SASL_ENV:
+                    self.env.pop(key, None)
             return
         for port, variable in (
             (KAFKA_PORT, "CONTROLPLANE_KAFKA_PORT"),
             (KAFKA_CONTROLLER_PORT, "CONTROLPLANE_KAFKA_CONTROLLER_PORT"),
+            (KAFKA_SASL_PORT, "CONTROLPLANE_KAFKA_SASL_PORT"),
         ):
             if port_open(port):
                 raise StackError(
@@ -348,7 +384,10 @@ class Kafka(Service):
         self.logfile.parent.mkdir(parents=True, exist_ok=True)
         self._write_config()
         self._format()
-        log(f"starting Kafka on 127.0.0.1:{KAFKA_PORT} (controller on {KAFKA_CONTROLLER_PORT})")
+        log(
+            f"starting Kafka on 127.0.0.1:{KAFKA_PORT} (SASL on {KAFKA_SASL_PORT}, "
+            f"controller on {KAFKA_CONTROLLER_PORT})"
+        )
         with open(self.outfile, "ab") as out:
             proc = subprocess.Popen(
                 [*self._java(), "kafka.Kafka", str(self.config)],
@@ -367,13 +406,14 @@ class Kafka(Service):
                     f"see {self.logfile} and {self.outfile}"
                 )
             with contextlib.suppress(Exception):
-                if self._answers():
+                if self._answers() and port_open(KAFKA_SASL_PORT):
                     break
             if time.monotonic() > deadline:
                 terminate(proc.pid)
                 raise StackError(f"Kafka did not become ready within 120 s; see {self.logfile}")
             time.sleep(0.5)
         self.started_here = True
+        self._ensure_sasl_users()
 
     def _java(self) -> list[str]:
         return [
@@ -395,16 +435,32 @@ class Kafka(Service):
         named here, not in the formatted storage)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         plain = f"127.0.0.1:{KAFKA_PORT}"
+        sasl = f"127.0.0.1:{KAFKA_SASL_PORT}"
         controller = f"127.0.0.1:{KAFKA_CONTROLLER_PORT}"
+        scram_module = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
         settings = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@{controller}",
-            "listeners": f"PLAINTEXT://{plain},CONTROLLER://{controller}",
-            "advertised.listeners": f"PLAINTEXT://{plain}",
+            "listeners": f"PLAINTEXT://{plain},SASL_PLAINTEXT://{sasl},CONTROLLER://{controller}",
+            "advertised.listeners": f"PLAINTEXT://{plain},SASL_PLAINTEXT://{sasl}",
             "controller.listener.names": "CONTROLLER",
+            # Brokers (one here) and the controller talk over PLAINTEXT, without SASL.
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": (
+                "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT"
+            ),
+            # The SASL listener, for tests of authenticated clients: SCRAM users live in the
+            # cluster metadata (added at format time, or by _ensure_sasl_users), PLAIN users
+            # in the listener's JAAS config. No authorizer: an authenticated user may do
+            # anything, as may any client of the PLAINTEXT listener.
+            "sasl.enabled.mechanisms": ",".join(KAFKA_SASL_MECHANISMS),
+            "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": scram_module,
+            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": scram_module,
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'user_{KAFKA_SASL_USERNAME}="{KAFKA_SASL_PASSWORD}";'
+            ),
             "log.dirs": str(self.data),
             # One broker: every internal topic has one replica.
             "offsets.topic.replication.factor": "1",
@@ -426,13 +482,15 @@ class Kafka(Service):
             "log.retention.hours": "168",
             "log.retention.bytes": str(512 * 1024 * 1024),
             "log.segment.bytes": str(64 * 1024 * 1024),
-            "log.retention.check.interval.ms": "300000",
+            # Kafka's default is 5 minutes; the data-loss tests wait for retention to act.
+            "log.retention.check.interval.ms": "10000",
             "group.initial.rebalance.delay.ms": "0",
         }
         self.config.write_text(
             "# Written by scripts/devstack.py on every start; edits are lost.\n"
             + "".join(f"{k}={v}\n" for k, v in settings.items())
         )
+        self.config.chmod(0o600)  # it names the (test-only) PLAIN password
         self.log_config.write_text(
             "# Written by scripts/devstack.py on every start; edits are lost.\n"
             "status = warn\n"
@@ -466,6 +524,15 @@ class Kafka(Service):
                 cluster_id,
                 "--config",
                 str(self.config),
+                *(
+                    arg
+                    for mechanism in KAFKA_SASL_MECHANISMS
+                    if mechanism.startswith("SCRAM")
+                    for arg in (
+                        "--add-scram",
+                        f"{mechanism}=[name={KAFKA_SASL_USERNAME},password={KAFKA_SASL_PASSWORD}]",
+                    )
+                ),
             ],
             cwd=self.dir,
             capture_output=True,
@@ -477,6 +544,34 @@ class Kafka(Service):
                 f"formatting Kafka storage failed: {(result.stderr or result.stdout).strip()}"
             )
         self.formatted_here = True
+
+    @staticmethod
+    def _ensure_sasl_users() -> None:
+        """The SCRAM credentials of the test user, set through the PLAINTEXT listener each
+        time the broker is started here: storage formatted before the SASL listener existed
+        has no users (and storage formatted with another password has stale ones); setting
+        them again (same password, new salt) is harmless, and one request."""
+        from kafka.admin import KafkaAdminClient, UserScramCredentialUpsertion
+
+        admin = KafkaAdminClient(
+            bootstrap_servers=f"127.0.0.1:{KAFKA_PORT}", request_timeout_ms=10000
+        )
+        try:
+            for mechanism in KAFKA_SASL_MECHANISMS:
+                if not mechanism.startswith("SCRAM"):
+                    continue
+                # One request per mechanism: the broker refuses a user twice in one.
+                error = admin.alter_user_scram_credentials(
+                    [
+                        UserScramCredentialUpsertion(
+                            KAFKA_SASL_USERNAME, mechanism, KAFKA_SASL_PASSWORD
+                        )
+                    ]
+                ).get(KAFKA_SASL_USERNAME)
+                if error:
+                    raise StackError(f"could not set Kafka's {mechanism} test user: {error}")
+        finally:
+            admin.close()
 
     @staticmethod
     def _answers() -> bool:
@@ -569,9 +664,11 @@ def cmd_services(stack: Stack) -> int:
         "CONTROLPLANE_SINK_DATABASE_URL",
         "CELERY_BROKER_URL",
         "KAFKA_BOOTSTRAP_SERVERS",
+        *SASL_ENV,
     ):
         if stack.env.get(key):
-            print(f"export {key}={stack.env[key]}")
+            # Quoted for `eval`: a password from the environment may hold any character.
+            print(f"export {key}={shlex.quote(stack.env[key])}")
     return 0
 
 

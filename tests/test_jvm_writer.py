@@ -1,4 +1,5 @@
-"""The Postgres sink's JVM writer (jobs/java/PgCopyWriter.java, jobs/sinks/jvm_writer.py):
+"""The Postgres sink's JVM writer (jobs/java/src/main/java/controlplane/spark/PgCopyWriter.java,
+jobs/sinks/jvm_writer.py; its encoders' own JUnit tests: `python -m jobs.jvm test`):
 its choice of encodings and JDBC settings (pure), and every column type it sends, written
 by real Spark into a real Postgres and compared with what the Python writer stores."""
 

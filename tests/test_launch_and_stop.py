@@ -27,6 +27,9 @@ from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
 
+# Both Kafka readers: Spark's connector (the default) and the Python reader.
+READERS = ["spark-kafka", "python"]
+
 
 @pytest.fixture
 def job_dirs(settings, tmp_path, live_server):
@@ -163,12 +166,13 @@ def test_start_runs_a_driver_and_stop_ends_it_gracefully_and_it_resumes(
     )
 
 
+@pytest.mark.parametrize("reader", READERS)
 def test_a_driver_killed_while_its_batch_transaction_is_open_loses_and_duplicates_nothing(
-    api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, job_dirs
+    api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, job_dirs, reader
 ):
     """SIGKILL the whole driver while its executors are inside their batch's transactions
     (held there by a lock on the target table), then start again: every record exactly once."""
-    topic, table = new_pipeline(api, kafka_bootstrap, "killed")
+    topic, table = new_pipeline(api, kafka_bootstrap, "killed", source={"reader": reader})
     produce(kafka_bootstrap, topic, ({"id": f"a{i}", "n": i} for i in range(300)))
     api.post("/api/pipelines/killed/start/")
     reconcile_until("killed", lambda: count(sink_dsn, table)[0] == 300, 150, "the first rows")
@@ -206,8 +210,9 @@ def test_a_driver_killed_while_its_batch_transaction_is_open_loses_and_duplicate
     )
 
 
+@pytest.mark.parametrize("reader", READERS)
 def test_a_driver_killed_again_and_again_under_load_comes_back_and_loses_nothing(
-    api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, job_dirs
+    api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, job_dirs, reader
 ):
     """kill -9 the Spark driver (the JVM) three times while records keep arriving: each time
     the supervisor reports the death, the policy restarts it, and in the end every record is
@@ -216,6 +221,7 @@ def test_a_driver_killed_again_and_again_under_load_comes_back_and_loses_nothing
         api,
         kafka_bootstrap,
         "again",
+        source={"reader": reader},
         restart_policy={"kind": "fixed-delay", "attempts": 5, "delay_seconds": 1},
     )
     produced = 0

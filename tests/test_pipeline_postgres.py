@@ -26,7 +26,11 @@ MALFORMED = [
 ]
 
 
-def run_config(tmp_path, topic, sink_dsn, *, mode="append", key=(), transform=None):
+# Both Kafka readers: Spark's connector (the default) and the Python reader.
+READERS = ["spark-kafka", "python"]
+
+
+def run_config(tmp_path, topic, sink_dsn, *, mode="append", key=(), transform=None, reader=None):
     name = f"p-{uuid.uuid4().hex[:8]}"
     table = f"t_{uuid.uuid4().hex[:8]}"
     spec = {
@@ -36,6 +40,7 @@ def run_config(tmp_path, topic, sink_dsn, *, mode="append", key=(), transform=No
             "schema": "id STRING, amount DOUBLE, ts TIMESTAMP",
             "starting_offsets": "earliest",
             "max_records_per_batch": 400,
+            "reader": reader,
         },
         "sink": {"connection": "pg", "table": table, "mode": mode, "key": list(key)},
         "transform": transform,
@@ -99,13 +104,14 @@ PATHS = {
 
 
 @pytest.mark.parametrize("transform", PATHS.values(), ids=PATHS.keys())
+@pytest.mark.parametrize("reader", READERS)
 def test_valid_records_land_once_and_malformed_ones_become_dead_letters(
-    spark, kafka_bootstrap, sink_dsn, tmp_path, transform, writer, caplog
+    spark, kafka_bootstrap, sink_dsn, tmp_path, transform, writer, caplog, reader
 ):
     caplog.set_level("INFO", logger="jobs.pipeline")
     topic = new_topic(kafka_bootstrap)
     produce(kafka_bootstrap, topic, events(0, 1000) + MALFORMED)
-    config = run_config(tmp_path, topic, sink_dsn, transform=transform)
+    config = run_config(tmp_path, topic, sink_dsn, reader=reader, transform=transform)
     drain(spark, config)
     staged = transform == PATHS["staged"]
     assert written_by(caplog) == {"JVM" if writer == "jvm" and not staged else "Python"}
@@ -121,12 +127,13 @@ def test_valid_records_land_once_and_malformed_ones_become_dead_letters(
     assert all(r[1] and r[2] == topic and r[3] is not None for r in dead)
 
 
+@pytest.mark.parametrize("reader", READERS)
 def test_stop_and_start_again_resumes_without_loss_or_duplicates(
-    spark, kafka_bootstrap, sink_dsn, tmp_path
+    spark, kafka_bootstrap, sink_dsn, tmp_path, reader
 ):
     topic = new_topic(kafka_bootstrap)
     produce(kafka_bootstrap, topic, events(0, 700))
-    config = run_config(tmp_path, topic, sink_dsn)
+    config = run_config(tmp_path, topic, sink_dsn, reader=reader)
     drain(spark, config)
     produce(kafka_bootstrap, topic, events(700, 1200), start=700)
     drain(spark, config)
@@ -162,14 +169,15 @@ def test_the_transform_runs_over_the_source_view(spark, kafka_bootstrap, sink_ds
     assert rows[0] == ("e50", 150.0)
 
 
+@pytest.mark.parametrize("reader", READERS)
 def test_a_replayed_batch_is_skipped_by_its_commit_marker(
-    spark, kafka_bootstrap, sink_dsn, tmp_path
+    spark, kafka_bootstrap, sink_dsn, tmp_path, reader
 ):
     """Spark replays a batch whose sink write committed but whose commit log entry was not
     written (the driver died in between): the marker makes the replay a no-op."""
     topic = new_topic(kafka_bootstrap)
     produce(kafka_bootstrap, topic, events(0, 300))
-    config = run_config(tmp_path, topic, sink_dsn)
+    config = run_config(tmp_path, topic, sink_dsn, reader=reader)
     drain(spark, config)
     commits = sorted((tmp_path / "checkpoint" / "commits").glob("[0-9]*"))
     assert commits, "the query wrote no commit log"
@@ -211,14 +219,15 @@ def markers(dsn, pipeline):
 
 
 @pytest.mark.parametrize("transform", [PATHS["one pass"], PATHS["cached, direct"]])
+@pytest.mark.parametrize("reader", READERS)
 def test_a_batch_that_died_after_some_partitions_committed_is_completed_exactly_once(
-    spark, kafka_bootstrap, sink_dsn, tmp_path, monkeypatch, transform, writer
+    spark, kafka_bootstrap, sink_dsn, tmp_path, monkeypatch, transform, writer, reader
 ):
     """Executors committed their partitions of batch 1, then the driver died before the batch
     marker: the replay writes the batch marker and none of the partitions a second time."""
     topic = new_topic(kafka_bootstrap)
     produce(kafka_bootstrap, topic, events(0, 1000) + MALFORMED)
-    config = run_config(tmp_path, topic, sink_dsn, transform=transform)
+    config = run_config(tmp_path, topic, sink_dsn, reader=reader, transform=transform)
     finish = PostgresSink.finish_batch
 
     def dies_at_batch_1(self, batch_id, rows, dead_letters=None):
@@ -300,15 +309,17 @@ def test_shuffles_tells_plans_with_stable_partitions_from_the_others(spark, quer
         frame.unpersist()
 
 
+@pytest.mark.parametrize("reader", READERS)
 def test_the_checkpoint_tells_the_last_committed_batch_and_offsets_with_no_driver_running(
-    spark, kafka_bootstrap, sink_dsn, tmp_path
+    spark, kafka_bootstrap, sink_dsn, tmp_path, reader
 ):
     topic = new_topic(kafka_bootstrap)
     produce(kafka_bootstrap, topic, events(0, 900))  # 300 per partition, 400 per batch
-    config = run_config(tmp_path, topic, sink_dsn)
+    config = run_config(tmp_path, topic, sink_dsn, reader=reader)
     drain(spark, config)
     checkpoint = read_checkpoint(config.checkpoint)
     assert checkpoint.query_id == stream_id(config.checkpoint)
+    assert checkpoint.reader == reader
     last = checkpoint.last_committed
     assert last.batch_id == 2 and checkpoint.in_flight == []
     assert checkpoint.committed_offsets() == {(topic, 0): 300, (topic, 1): 300, (topic, 2): 300}

@@ -10,6 +10,7 @@ from kafka import KafkaConsumer
 
 from controlplane.redaction import redact
 from jobs.connections import kafka_client_config
+from jobs.kafka.auth import SaslLoginError, check_sasl_login
 
 from .models import Connection
 from .policy import postgres_connect_arguments
@@ -41,6 +42,8 @@ def probe(connection: Connection, timeout: float) -> ProbeResult:
             result = _probe_kafka(connection.settings, secrets, timeout)
         else:
             result = _probe_postgres(connection.settings, secrets, timeout)
+    except SaslLoginError as exc:  # says what was refused, without the password
+        return ProbeResult(False, _ms(started), redact(str(exc), secrets.values()))
     except Exception as exc:  # any failure to reach the target is the answer, not a 500
         message = f"{type(exc).__name__}: {exc}".strip()
         return ProbeResult(False, _ms(started), redact(message, secrets.values()))
@@ -54,8 +57,11 @@ def _ms(started: float) -> float:
 
 def _probe_kafka(settings: dict, secrets: dict, timeout: float) -> ProbeResult:
     timeout_ms = int(timeout * 1000)
+    config = kafka_client_config(settings, secrets)
+    # kafka-python reports a refused SASL login only as a bootstrap timeout: log in first.
+    check_sasl_login(config, timeout)
     consumer = KafkaConsumer(
-        **kafka_client_config(settings, secrets),
+        **config,
         request_timeout_ms=timeout_ms,
         bootstrap_timeout_ms=timeout_ms,
         connections_max_idle_ms=timeout_ms + 1000,

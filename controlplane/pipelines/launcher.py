@@ -116,7 +116,6 @@ def prepare(run: Run) -> str:
 DRIVER_ENV = (
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_*", "TZ", "TMPDIR",
     "JAVA_HOME", "SPARK_HOME", "SPARK_CONF_DIR", "SPARK_LOCAL_DIRS", "HADOOP_CONF_DIR",
-    "CONTROLPLANE_JDBC_JAR",
 )  # fmt: skip
 NEVER_TO_DRIVERS = (
     "DATABASE_URL", "DJANGO_*", "CELERY_*", "CONTROLPLANE_SECRETS_*", "SPARK_LOCAL_IP",
@@ -164,7 +163,8 @@ def launch(run: Run, token: str) -> Run:
         "--conf", "spark.ui.killEnabled=false",
         *([] if settings.CONTROLPLANE_SPARK_UI_ENABLED else ["--conf", "spark.ui.enabled=false"]),
         "--conf", f"spark.pyspark.python={sys.executable}",
-        # The sink's JVM writer and the JDBC driver; without them it writes from Python.
+        # jobs/java/build/jars: the sink's JVM writer with the JDBC driver (without them it
+        # writes from Python) and Spark's Kafka connector.
         *(["--jars", ",".join(jars)] if (jars := spark_jars()) else []),
         str(JOB_SCRIPT), str(run_dir),
     ]  # fmt: skip

@@ -113,6 +113,7 @@ def checkpoint_page(pipeline: Pipeline) -> dict | None:
             "source": "progress",
             "path": None,
             "query_id": None,
+            "reader": None,
             "last_batch_id": newest.batch_id,
             "last_commit_at": _iso(newest.reported_at),
             "committed_offsets": newest.end_offsets or {},

@@ -105,8 +105,17 @@ class GroupCommitter:
         )
 
 
-def offset_mirror(committer: GroupCommitter):
-    """A StreamingQueryListener that hands each committed batch's end offsets to `committer`."""
+def attach(spark, client_config: dict, group: str, query_name: str) -> GroupCommitter:
+    """Mirror the committed offsets of the query named `query_name` into `group`; close the
+    returned committer when the query ends."""
+    committer = GroupCommitter(client_config, group)
+    spark.streams.addListener(offset_mirror(committer, query_name))
+    return committer
+
+
+def offset_mirror(committer: GroupCommitter, query_name: str | None = None):
+    """A StreamingQueryListener that hands each committed batch's end offsets of the query
+    named `query_name` (any query's, if None) to `committer`."""
     from pyspark.sql.streaming import StreamingQueryListener
 
     class OffsetMirror(StreamingQueryListener):
@@ -116,6 +125,8 @@ def offset_mirror(committer: GroupCommitter):
         def onQueryProgress(self, event) -> None:
             try:
                 progress = json.loads(event.progress.json)
+                if query_name is not None and progress.get("name") != query_name:
+                    return  # another query of this application
                 sources = progress.get("sources") or []
                 end = sources[0].get("endOffset") if sources else None
                 if isinstance(end, str):

@@ -43,6 +43,7 @@ from pyspark.sql.streaming.datasource import (
 
 from . import arrowfetch
 from .arrowfetch import Chunk
+from .auth import check_sasl_login
 from .offsets import PLAN, Offsets, Range, cap, find_losses, flatten, nest, split
 
 log = logging.getLogger("jobs.kafka")
@@ -396,9 +397,12 @@ def log_bounds(consumer, partitions) -> tuple[dict, dict]:
 
 
 def metadata_consumer(client_config: dict):
-    """A consumer for offsets and single records, never for bulk reading."""
+    """A consumer for offsets and single records, never for bulk reading. A SASL login the
+    cluster refuses raises SaslLoginError at once (kafka-python would retry until its
+    bootstrap timeout and then report only that)."""
     from kafka import KafkaConsumer
 
+    check_sasl_login(client_config)
     return KafkaConsumer(
         **client_config,
         enable_auto_commit=False,
@@ -438,6 +442,7 @@ def _worker_consumer(client_config: dict):
     with _consumers_lock:
         entry = _consumers.get(key)
         if entry is None:
+            check_sasl_login(client_config)
             consumer = KafkaConsumer(
                 **client_config,
                 enable_auto_commit=False,

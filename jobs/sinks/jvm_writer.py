@@ -1,4 +1,5 @@
-"""The Postgres sink's direct writer in the executors' JVM (jobs/java/PgCopyWriter.java).
+"""The Postgres sink's direct writer in the executors' JVM (controlplane.spark.PgCopyWriter,
+jobs/java/src/main/java/controlplane/spark/PgCopyWriter.java; built by jobs.jvm).
 
 Each Spark task COPYs its partition into the target in one transaction with the partition's
 commit marker and its dead letters, exactly as PostgresSink.write_part does from a Python
