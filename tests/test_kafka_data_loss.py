@@ -31,9 +31,9 @@ from controlplane.checkpoints import read_checkpoint
 from controlplane.restarts import classify
 from jobs.kafka.group_commit import GroupCommitter, offset_mirror
 from jobs.pipeline import RunConfig, start_query
-from jobs.spec import parse_spec
 from tests import kafka_helpers
 from tests.kafka_helpers import new_topic, produce
+from tests.test_pipeline_postgres import run_config as pipeline_config
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -50,29 +50,8 @@ RETENTION_WAIT_SECONDS = 90
 
 
 def run_config(tmp_path, topic, sink_dsn, bootstrap, *, reader, consumer_group=None):
-    name = f"p-{uuid.uuid4().hex[:8]}"
-    table = f"t_{uuid.uuid4().hex[:8]}"
-    spec = {
-        "source": {
-            "connection": "k",
-            "topics": [topic],
-            "schema": "id STRING, amount DOUBLE, ts TIMESTAMP",
-            "starting_offsets": "earliest",
-            "max_records_per_batch": 400,
-            "reader": reader,
-            "consumer_group": consumer_group,
-        },
-        "sink": {"connection": "pg", "table": table, "mode": "append", "key": []},
-    }
-    run_dir = tmp_path / "run"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return RunConfig(
-        pipeline=name,
-        spec=parse_spec(spec),
-        kafka={"bootstrap_servers": [bootstrap]},
-        postgres={"conninfo": sink_dsn},
-        checkpoint=str(tmp_path / "checkpoint"),
-        run_dir=str(run_dir),
+    return pipeline_config(
+        tmp_path, topic, sink_dsn, reader=reader, consumer_group=consumer_group, bootstrap=bootstrap
     )
 
 

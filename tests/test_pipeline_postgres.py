@@ -30,7 +30,18 @@ MALFORMED = [
 READERS = ["spark-kafka", "python"]
 
 
-def run_config(tmp_path, topic, sink_dsn, *, mode="append", key=(), transform=None, reader=None):
+def run_config(
+    tmp_path,
+    topic,
+    sink_dsn,
+    *,
+    mode="append",
+    key=(),
+    transform=None,
+    reader=None,
+    consumer_group=None,
+    bootstrap=None,
+):
     name = f"p-{uuid.uuid4().hex[:8]}"
     table = f"t_{uuid.uuid4().hex[:8]}"
     spec = {
@@ -41,6 +52,7 @@ def run_config(tmp_path, topic, sink_dsn, *, mode="append", key=(), transform=No
             "starting_offsets": "earliest",
             "max_records_per_batch": 400,
             "reader": reader,
+            "consumer_group": consumer_group,
         },
         "sink": {"connection": "pg", "table": table, "mode": mode, "key": list(key)},
         "transform": transform,
@@ -50,7 +62,7 @@ def run_config(tmp_path, topic, sink_dsn, *, mode="append", key=(), transform=No
     return RunConfig(
         pipeline=name,
         spec=parse_spec(spec),
-        kafka={"bootstrap_servers": [pytest.kafka_bootstrap]},
+        kafka={"bootstrap_servers": [bootstrap or pytest.kafka_bootstrap]},
         postgres={"conninfo": sink_dsn},
         checkpoint=str(tmp_path / "checkpoint"),
         run_dir=str(run_dir),
