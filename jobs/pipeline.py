@@ -192,6 +192,7 @@ class BatchWriter:
         self.tables_ready = False
         self.jvm = None  # a JvmWriter, when the executors' JVM can write (set with the tables)
         self._one_pass = None  # the one-pass frame's columns, built once
+        self.unparsed_before = False  # whether the last batch had records that did not parse
         self.parse_error = f"value does not parse as JSON with schema: {spec.source.schema}"
         from .spec.ddl import parse_schema
 
@@ -235,11 +236,34 @@ class BatchWriter:
         if self.sink.committed(batch_id):
             log.info("batch %s was committed before (a replay): skipped", batch_id)
             return
-        if transform is None and self.sink.mode == "append":
-            rows, dead, how = self._single_pass(batch, batch_id)
-        else:
-            rows, dead, how = self._cached(batch, batch_id)
+        # Append with the JVM writer: the records that parsed, through the transform if any,
+        # in one pass, unless the last batch had records that did not: those go on with the
+        # paths that write dead letters from the same read of Kafka (one pass without a
+        # transform, else a cached batch), rather than read each such batch twice.
+        append, done = self.sink.mode == "append", None
+        if append and self.jvm is not None and not self.unparsed_before:
+            done = self._observed_pass(batch, batch_id)
+        if done is None and append and transform is None:
+            done = self._single_pass(batch, batch_id)
+        rows, dead, how = done or self._cached(batch, batch_id)
+        self.unparsed_before = dead > 0
         log.info("batch %s: %s rows (%s), %s dead letters", batch_id, rows, how, dead)
+
+    def output(self, batch, batch_id: int):
+        """(name, frame): what the observed pass writes, from the one-pass frame: the records
+        that parsed, through the transform if there is one, with the count of those that did
+        not observed as `name` while it is computed (Dataset.observe)."""
+        from pyspark.sql import functions as F
+
+        name = f"cp_unparsed_{batch_id}"
+        observed = batch.select(BAD, *[F.col(f"`{c}`") for c in self.columns]).observe(
+            name, F.count(F.when(F.col(BAD), 1)).alias("n")
+        )
+        out = observed.where(~F.col(BAD)).drop(BAD)
+        if self.config.spec.transform:
+            out.createOrReplaceTempView("source")
+            out = batch.sparkSession.sql(self.config.spec.transform.sql)
+        return name, out
 
     def _single_pass(self, batch, batch_id: int) -> tuple[int, int, str]:
         """No transform, append: each task writes its partition's rows and dead letters with
@@ -256,7 +280,7 @@ class BatchWriter:
             )
             if done is not None:
                 self.sink.finish_batch(batch_id, done[0])
-                return done[0], done[1], "direct, one pass, JVM"
+                return done[0], done[1], "direct, one pass with dead letters, JVM"
         written = (
             for_copy(batch, self.columns)
             .mapInArrow(
@@ -272,7 +296,41 @@ class BatchWriter:
         )
         rows = sum(r.rows for r in written)
         self.sink.finish_batch(batch_id, rows)
-        return rows, sum(r.dead for r in written), "direct, one pass"
+        return rows, sum(r.dead for r in written), "direct, one pass with dead letters"
+
+    def _dead_letters(self, batch):
+        """The batch's records that did not parse, as dead-letter rows."""
+        from pyspark.sql import functions as F
+
+        return batch.where(F.col(BAD)).select(
+            *[F.col(f"_cp_{c}").alias(c) for c in DEAD_LETTER_FIELDS],
+            F.when(F.col("_cp_value").isNull(), F.lit(EMPTY_VALUE))
+            .otherwise(F.lit(self.parse_error))
+            .alias("error"),
+        )
+
+    def _observed_pass(self, batch, batch_id: int) -> tuple[int, int, str] | None:
+        """Append, the JVM writer, no shuffle: the records that parsed (transformed, if
+        asked) are written in one pass, each partition with its marker, while those that did
+        not are counted on the way. Nothing is cached and no dead-letter columns are carried;
+        only a batch that had such records reads its Kafka offsets a second time, for its
+        dead letters. None when this path does not apply (a shuffle, a column the JVM writer
+        cannot encode): nothing was written then."""
+        name, out = self.output(batch, batch_id)
+        if shuffles(out):
+            return None
+        frame = for_jvm(out)
+        done = self.jvm.write(frame, batch_id, out.columns)
+        if done is None:
+            return None
+        unparsed = observed_count(frame, name)
+        dead_rows = None
+        if unparsed != 0:  # None (not reported) reads them too, to be safe
+            dead_rows = self._dead_letters(batch).toArrow()
+        self.sink.finish_batch(batch_id, done[0], dead_letters=dead_rows)
+        if dead_rows is None:
+            return done[0], 0, "direct, one pass, JVM"
+        return done[0], dead_rows.num_rows, "direct, one pass, JVM, unparsed records read again"
 
     def _cached(self, batch, batch_id: int) -> tuple[int, int, str]:
         """A transform or upsert: the batch is cached, so the transform's output and the dead
@@ -281,12 +339,7 @@ class BatchWriter:
 
         batch = batch.persist()
         try:
-            dead = batch.where(F.col(BAD)).select(
-                *[F.col(f"_cp_{c}").alias(c) for c in DEAD_LETTER_FIELDS],
-                F.when(F.col("_cp_value").isNull(), F.lit(EMPTY_VALUE))
-                .otherwise(F.lit(self.parse_error))
-                .alias("error"),
-            )
+            dead = self._dead_letters(batch)
             good = batch.where(~F.col(BAD)).select(*[F.col(f"`{c}`") for c in self.columns])
             good.createOrReplaceTempView("source")
             transform = self.config.spec.transform
@@ -296,7 +349,7 @@ class BatchWriter:
                 self.jvm.write(for_jvm(out), batch_id, out.columns) if direct and self.jvm else None
             )
             if done is not None:
-                rows, how = done[0], "direct, JVM"
+                rows, how = done[0], "direct, cached, JVM"
             else:
                 rows, how = self._write_from_python(out, batch_id, direct)
             dead_rows = dead.toArrow()
@@ -334,6 +387,17 @@ def stream_id(checkpoint: str) -> str:
 # aggregations, sorts, limits, samples): partition contents are then not a fixed function of
 # the batch's input partitions.
 _UNSTABLE_OPERATORS = ("Exchange", "Limit", "TakeOrdered", "Sample")
+
+
+def observed_count(frame, name: str) -> int | None:
+    """The first value of the metrics observed as `name` (Dataset.observe) while `frame`'s
+    last action ran from its own query execution; None if they were not reported."""
+    metrics = frame._jdf.queryExecution().observedMetrics()
+    found = metrics.get(name)
+    if not found.isDefined():
+        return None
+    row = found.get()
+    return None if row.isNullAt(0) else int(row.getLong(0))
 
 
 def shuffles(frame) -> bool:

@@ -96,6 +96,8 @@ def test_spark_options_map_every_spec_option():
         "kafka.bootstrap.servers": "k1:9092,k2:9092",
         "kafka.security.protocol": "PLAINTEXT",
         "kafka.client.id": "cp",
+        "kafka.fetch.max.wait.ms": "10",
+        "kafka.max.poll.records": "20000",
         "subscribe": "a,b",
         "maxOffsetsPerTrigger": "5000",
         "failOnDataLoss": "false",

@@ -184,6 +184,17 @@ def _read_pem(path: str) -> str:
     return Path(path).read_text()
 
 
+# Consumer settings of Spark's connector that differ from the Java client's defaults
+# (measured in bench/throughput.py; docs/observability.md "Throughput"). After each poll the
+# connector asks the broker for the partition's log bounds (two ListOffsets requests); they
+# queue behind the consumer's prefetch of the next records, which a broker holds for
+# fetch.max.wait.ms (500 ms by default) when a task has read up to the log end. A task reads
+# an offset range known to exist, so it never needs the broker to wait for new records.
+# max.poll.records (500 by default) sets how often those lookups are made; the records a
+# poll holds stay bounded by fetch.max.bytes and max.partition.fetch.bytes.
+CONSUMER_SETTINGS = {"fetch.max.wait.ms": "10", "max.poll.records": "20000"}
+
+
 def spark_kafka_options(
     client: Mapping[str, Any],
     *,
@@ -196,7 +207,9 @@ def spark_kafka_options(
 ) -> dict[str, str]:
     """Every option of Spark's connector for one pipeline source. `starting`: "earliest",
     "latest" or per-partition JSON (starting_offsets_json); ignored with a start time."""
-    options = {f"kafka.{k}": v for k, v in java_client_options(client).items()}
+    options = {
+        f"kafka.{k}": v for k, v in {**CONSUMER_SETTINGS, **java_client_options(client)}.items()
+    }
     options.update(
         {
             "subscribe": ",".join(topics),
