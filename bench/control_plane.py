@@ -130,8 +130,8 @@ class Bench:
 def tick_ms(rounds: int = 5) -> float:
     from django.utils import timezone
 
-    from controlplane.pipelines import reconciler
-    from controlplane.pipelines.models import Run
+    from controlplane.definitions.models import Run
+    from controlplane.supervision import reconciler
 
     times = []
     for _ in range(rounds):
@@ -146,7 +146,7 @@ def tick_ms(rounds: int = 5) -> float:
 
 def start_runs(bench: Bench, names: list[str]) -> None:
     from controlplane.accounts.models import digest
-    from controlplane.pipelines.models import Pipeline, Run
+    from controlplane.definitions.models import Pipeline, Run
 
     now = datetime.now(UTC)
     for pipeline in Pipeline.objects.filter(name__in=names):
@@ -197,7 +197,7 @@ def main() -> int:
 
         from controlplane.accounts.models import ApiToken
         from controlplane.accounts.roles import EDITOR, set_role
-        from controlplane.pipelines.models import BatchProgress
+        from controlplane.definitions.models import BatchProgress
         from jobs.loadgen import ensure_topic
 
         user = get_user_model().objects.create_user("bench", password=uuid.uuid4().hex)

@@ -106,8 +106,8 @@ def main() -> int:
     call_command("migrate", verbosity=0)
 
     from controlplane.connections.models import Connection
-    from controlplane.pipelines import services
-    from controlplane.pipelines.models import BatchProgress, Pipeline, Run, RunState
+    from controlplane.definitions import services
+    from controlplane.definitions.models import BatchProgress, Pipeline, Run, RunState
     from jobs.connections import validate_connection
 
     bootstrap = env["KAFKA_BOOTSTRAP_SERVERS"]

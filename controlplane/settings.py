@@ -72,7 +72,9 @@ INSTALLED_APPS = [
     "csp",  # Content-Security-Policy header
     "controlplane.accounts",
     "controlplane.connections",
-    "controlplane.pipelines",
+    "controlplane.definitions",
+    "controlplane.supervision",
+    "controlplane.observability",
 ]
 
 MIDDLEWARE = [
@@ -207,13 +209,13 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CONTROLPLANE_RECONCILE_SECONDS = env_float("CONTROLPLANE_RECONCILE_SECONDS", 5.0, minimum=0.5)
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {
-        "task": "controlplane.pipelines.tasks.reconcile",
+        "task": "controlplane.supervision.tasks.reconcile",
         "schedule": CONTROLPLANE_RECONCILE_SECONDS,
         # A tick that waited longer than one interval is stale: the next one supersedes it.
         "options": {"expires": CONTROLPLANE_RECONCILE_SECONDS},
     },
     "compact-progress": {
-        "task": "controlplane.pipelines.tasks.compact_progress",
+        "task": "controlplane.observability.tasks.compact_progress",
         "schedule": 600.0,
         "options": {"expires": 600.0},
     },

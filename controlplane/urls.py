@@ -4,9 +4,10 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
-from controlplane.connections.views import ConnectionViewSet
-from controlplane.pipelines.reports import RunExit, RunHeartbeat, RunProgress
-from controlplane.pipelines.views import AuditViewSet, PipelineViewSet
+from controlplane.api.connections import ConnectionViewSet
+from controlplane.api.pipelines import AuditViewSet, PipelineViewSet
+from controlplane.api.reports import RunExit, RunHeartbeat, RunProgress
+from controlplane.observability.prometheus import prometheus_metrics
 
 router = DefaultRouter()
 router.register("connections", ConnectionViewSet, basename="connection")
@@ -26,5 +27,6 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/", include((api_patterns, "api"))),
-    path("", include("controlplane.pipelines.urls")),
+    path("metrics", prometheus_metrics, name="prometheus"),
+    path("", include("controlplane.pages.urls")),
 ]

@@ -698,7 +698,8 @@ def cmd_test(stack: Stack, pytest_args: list[str]) -> int:
         steps = [
             ("ruff (lint)", [PY, "-m", "ruff", "check", "."]),
             ("ruff (format)", [PY, "-m", "ruff", "format", "--check", "."]),
-            ("import boundaries", [PY, str(ROOT / "scripts" / "check_imports.py")]),
+            # The contracts of pyproject.toml's [tool.importlinter] (docs/architecture.md).
+            ("import contracts", [str(Path(PY).parent / "lint-imports"), "--no-cache"]),
             ("django checks", [PY, "manage.py", "check", "--fail-level", "WARNING"]),
             (
                 # The production profile's deploy checks, with a throwaway key (never stored).

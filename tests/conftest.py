@@ -85,7 +85,7 @@ def _no_security_counters():
 def _no_remembered_web_app_answer():
     """The reconciler remembers for a few seconds whether the web app drivers report to
     answers (CONTROLPLANE_URL): each test starts without that answer."""
-    from controlplane.pipelines import reconciler
+    from controlplane.supervision import reconciler
 
     reconciler._ingestion.update(checked=float("-inf"), why=None)
     yield

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 
-from controlplane.pipelines.models import Pipeline
+from controlplane.definitions.models import Pipeline
 from tests.factories import valid_spec
 
 
@@ -56,7 +56,7 @@ def test_healthz_reports_the_database_and_reconciler(client, db):
 
 def test_moving_a_connection_in_the_admin_drops_its_password_and_is_audited(admin_client, db):
     from controlplane.connections.models import Connection
-    from controlplane.pipelines.models import AuditEntry
+    from controlplane.definitions.models import AuditEntry
 
     form = {
         "name": "dw",

@@ -19,8 +19,8 @@ from pathlib import Path
 import psutil
 from django.utils import timezone
 
-from controlplane.pipelines import launcher
-from controlplane.pipelines.models import Run
+from controlplane.definitions.models import Run
+from controlplane.supervision import launcher
 from tests.test_supervision import standin, step  # noqa: F401
 from tests.waiting import wait_for
 

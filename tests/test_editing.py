@@ -11,8 +11,8 @@ from django.urls import reverse
 
 from controlplane.accounts.roles import set_role
 from controlplane.connections.models import Connection
-from controlplane.pipelines import forms
-from controlplane.pipelines.models import AuditEntry, Pipeline
+from controlplane.definitions.models import AuditEntry, Pipeline
+from controlplane.pages import forms
 from jobs.spec import parse_spec
 from tests.factories import valid_spec
 

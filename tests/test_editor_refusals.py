@@ -10,7 +10,7 @@ from django.db import connection as db_connection
 from django.urls import reverse
 
 from controlplane.connections.models import Connection
-from controlplane.pipelines.models import AuditEntry, Pipeline
+from controlplane.definitions.models import AuditEntry, Pipeline
 from tests.test_editing import editor, field_errors, new_pipeline_post  # noqa: F401
 
 ATTACKS = [

@@ -27,8 +27,8 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
-from controlplane.checkpoints import read_checkpoint
-from controlplane.restarts import classify
+from controlplane.observability.checkpoints import read_checkpoint
+from controlplane.supervision.restarts import classify
 from jobs.kafka.group_commit import GroupCommitter, offset_mirror
 from jobs.pipeline import RunConfig, start_query
 from tests import kafka_helpers

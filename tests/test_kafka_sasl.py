@@ -29,7 +29,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from controlplane.restarts import classify
+from controlplane.supervision.restarts import classify
 from jobs.connections import kafka_client_config, validate_connection
 
 pytestmark = [pytest.mark.kafka]
@@ -166,7 +166,7 @@ def test_a_client_with_a_wrong_password_is_refused_at_once(sasl_broker, mechanis
     """kafka-python alone would retry until its bootstrap timeout and say only "Unable to
     bootstrap": the metadata consumer every lookup uses says what was refused, at once."""
     from jobs.kafka.auth import SaslLoginError
-    from jobs.kafka.source import metadata_consumer
+    from jobs.kafka.metadata import metadata_consumer
 
     wrong = wrong_password()
     started = time.monotonic()
@@ -264,7 +264,7 @@ def test_the_connection_check_logs_in_and_reports_a_wrong_password_clearly(
 def pooled_lookups():
     """The metrics' pooled Kafka consumers are closed after the test: they would go on
     asking for this module's topics once they are deleted."""
-    from controlplane.pipelines import kafka_lookups
+    from controlplane.observability import kafka_lookups
 
     yield
     kafka_lookups.close_all()

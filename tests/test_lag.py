@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controlplane.lag import (
+from controlplane.observability.lag import (
     Batch,
     Sample,
     backpressure,

@@ -19,8 +19,8 @@ from django.utils import timezone
 from kafka import errors as kafka_errors
 from kafka.admin import KafkaAdminClient
 
-from controlplane.pipelines import launcher, reconciler
-from controlplane.pipelines.models import BatchProgress, Pipeline, Run, RunState
+from controlplane.definitions.models import BatchProgress, Pipeline, Run, RunState
+from controlplane.supervision import launcher, reconciler
 from tests.kafka_helpers import new_topic, produce
 from tests.test_driver_isolation import assert_driver_isolated, plant_secrets
 from tests.waiting import wait_for

@@ -8,7 +8,7 @@ from django.core.management import CommandError, call_command
 
 from controlplane.accounts.models import ApiToken
 from controlplane.connections.models import Connection
-from controlplane.pipelines.models import Pipeline
+from controlplane.definitions.models import Pipeline
 
 
 def run(*args, **kwargs) -> str:
@@ -82,7 +82,7 @@ def test_seed_demo_is_idempotent(db, kafka_bootstrap, sink_dsn, monkeypatch):
 def test_a_demo_whose_embedded_kafka_restarted_empty_gets_a_new_checkpoint(
     db, kafka_bootstrap, sink_dsn, monkeypatch, settings, tmp_path
 ):
-    from controlplane.pipelines.models import AuditEntry
+    from controlplane.definitions.models import AuditEntry
 
     monkeypatch.setenv("CONTROLPLANE_SINK_DATABASE_URL", sink_dsn)
     settings.CONTROLPLANE_CHECKPOINT_ROOT = tmp_path

@@ -161,8 +161,8 @@ def test_history_returns_points_since_a_time_and_refuses_a_bad_one(api, lagging)
 def test_a_scrape_asks_kafka_once_per_topic_and_reuses_its_connections(
     api, kafka_bootstrap, lagging, monkeypatch
 ):
-    from controlplane.pipelines import kafka_lookups, metrics
-    from controlplane.pipelines.models import Pipeline
+    from controlplane.definitions.models import Pipeline
+    from controlplane.observability import kafka_lookups, metrics
 
     topic, _config = lagging
     produce(kafka_bootstrap, topic, ({"id": f"a{i}", "n": i} for i in range(12)))
@@ -190,6 +190,6 @@ def test_a_scrape_asks_kafka_once_per_topic_and_reuses_its_connections(
 
 
 def kafka_lookups_original(config):
-    from jobs.kafka.source import metadata_consumer
+    from jobs.kafka.metadata import metadata_consumer
 
     return metadata_consumer(config)

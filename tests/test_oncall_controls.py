@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from controlplane.pipelines import launcher, reconciler
-from controlplane.pipelines.models import AuditEntry, Run, RunState
+from controlplane.definitions.models import AuditEntry, Run, RunState
+from controlplane.supervision import launcher, reconciler
 from tests.test_supervision import orders, seconds, standin, step, until_it_ends  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent

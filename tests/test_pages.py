@@ -7,7 +7,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from controlplane.accounts.roles import set_role
-from controlplane.pipelines.models import Pipeline
+from controlplane.definitions.models import Pipeline
 from tests.factories import valid_spec
 
 # Every page outside the API and the Django admin, with the role it needs. Public ones are
@@ -154,7 +154,7 @@ def test_the_overview_filters_and_searches_and_its_rows_refresh_alone(
 def test_the_pipeline_page_shows_controls_only_to_operators_and_they_are_audited(
     django_user_model, pipeline, kafka_bootstrap
 ):
-    from controlplane.pipelines.models import AuditEntry
+    from controlplane.definitions.models import AuditEntry
 
     url = reverse("pipeline", kwargs={"name": "orders"})
     viewer = client_with(django_user_model, "viewer").get(url).content.decode()

@@ -13,8 +13,8 @@ from urllib.parse import quote
 import pytest
 from django.db import connection
 
-from controlplane.pipelines import launcher, reconciler
-from controlplane.pipelines.models import Pipeline, ReconcilerState, Run
+from controlplane.definitions.models import Pipeline, ReconcilerState, Run
+from controlplane.supervision import launcher, reconciler
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent

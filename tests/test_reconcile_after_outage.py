@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 import psutil
 import pytest
 
-from controlplane.pipelines import reconciler
-from controlplane.pipelines.models import Pipeline, ReconcilerState, Run
+from controlplane.definitions.models import Pipeline, ReconcilerState, Run
+from controlplane.supervision import reconciler
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

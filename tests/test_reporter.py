@@ -8,7 +8,7 @@ import time
 import pytest
 
 from controlplane.accounts.models import digest
-from controlplane.pipelines.models import Pipeline, Run
+from controlplane.definitions.models import Pipeline, Run
 from jobs.reporting import Reporter
 from tests.api.test_run_reports import PROGRESS
 from tests.waiting import wait_for

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controlplane.restarts import Failure, decide, describe
+from controlplane.supervision.restarts import Failure, decide, describe
 from jobs.spec.model import ExponentialDelay, FailureRate, FixedDelay, NoRestart
 
 T0 = datetime(2026, 11, 22, 3, 0, tzinfo=UTC)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from controlplane.pipelines.models import BatchProgress, Pipeline, ProgressRollup, Run
-from controlplane.pipelines.retention import compact_progress
+from controlplane.definitions.models import BatchProgress, Pipeline, ProgressRollup, Run
+from controlplane.observability.retention import compact_progress
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -92,7 +92,7 @@ def test_history_shows_hourly_roll_ups_before_the_raw_batches(api, pipeline, set
 
 
 def test_live_metrics_read_at_most_the_newest_batches_of_their_window(pipeline):
-    from controlplane.pipelines.metrics import RECENT_BATCHES, _recent_progress
+    from controlplane.observability.metrics import RECENT_BATCHES, _recent_progress
 
     now = datetime.now(UTC)
     row = Pipeline.objects.get(name="orders")

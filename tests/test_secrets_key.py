@@ -16,7 +16,7 @@ from django.utils import timezone
 from controlplane import crypto
 from controlplane.accounts.roles import VIEWER, set_role
 from controlplane.connections.models import Connection
-from controlplane.pipelines.models import Failure, Pipeline
+from controlplane.definitions.models import Failure, Pipeline
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from controlplane.pipelines import launcher, reconciler
-from controlplane.pipelines.models import Failure, Pipeline, Run, RunState
+from controlplane.definitions.models import Failure, Pipeline, Run, RunState
+from controlplane.supervision import launcher, reconciler
 
 ROOT = Path(__file__).resolve().parent.parent
 ENDED = {"crashed", "exited", "vanished", "lost-heartbeat", "launch-failed", "launch-lost"}

@@ -26,8 +26,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from controlplane.accounts.models import digest
-from controlplane.pipelines import launcher, reconciler, tasks
-from controlplane.pipelines.models import AuditEntry, Pipeline, Run, RunState
+from controlplane.definitions.models import AuditEntry, Pipeline, Run, RunState
+from controlplane.supervision import launcher, reconciler, tasks
 from jobs.reporting import Reporter
 from tests.test_supervision import orders, standin, step  # noqa: F401
 from tests.waiting import wait_for

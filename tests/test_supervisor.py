@@ -9,8 +9,8 @@ import socket
 import subprocess
 import sys
 
-from controlplane.pipelines import launcher
-from controlplane.pipelines.models import Run
+from controlplane.definitions.models import Run
+from controlplane.supervision import launcher
 from tests.waiting import wait_for
 
 

@@ -80,7 +80,7 @@ class ConnectionAdmin(admin.ModelAdmin):
     search_fields = ("name", "description")
 
     def save_model(self, request, obj, form, change) -> None:
-        from controlplane.pipelines import audit
+        from controlplane.definitions import audit
 
         with transaction.atomic():
             before = {}
@@ -100,7 +100,7 @@ class ConnectionAdmin(admin.ModelAdmin):
             )
 
     def delete_model(self, request, obj) -> None:
-        from controlplane.pipelines import audit
+        from controlplane.definitions import audit
 
         with transaction.atomic():
             audit.record_connection(

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from controlplane.api.fields import flatten_spec_error
 from jobs.spec import SpecError
 
 from .models import Connection, ConnectionKind
@@ -98,7 +97,7 @@ class ConnectionSerializer(serializers.ModelSerializer):
                 stored_secrets=self.instance.get_secrets() if self.instance is not None else None,
             )
         except SpecError as exc:
-            raise serializers.ValidationError(flatten_spec_error(exc)) from None
+            raise serializers.ValidationError(exc.as_dict()) from None
         self.secrets_dropped = cleaned.dropped
         return cleaned.settings, cleaned.secrets
 

@@ -14,8 +14,8 @@ from django.db import connection as db_connection
 from django.utils import timezone
 
 from controlplane.connections.models import Connection
-from controlplane.pipelines import reconciler
-from controlplane.pipelines.models import AuditEntry, Pipeline, Status
+from controlplane.definitions.models import AuditEntry, Pipeline, Status
+from controlplane.supervision import reconciler
 from tests.factories import valid_spec
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.pipelines.models import Pipeline, PipelineVersion
+from controlplane.definitions.models import Pipeline, PipelineVersion
 from tests.factories import valid_spec
 
 

@@ -6,7 +6,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from controlplane.accounts.models import digest
-from controlplane.pipelines.models import Pipeline, Run
+from controlplane.definitions.models import Pipeline, Run
 
 PROGRESS = {
     "id": "q",

@@ -18,8 +18,8 @@ from django.utils import timezone
 from playwright.sync_api import expect, sync_playwright
 
 from controlplane.accounts.roles import set_role
-from controlplane.pipelines import launcher, reconciler
-from controlplane.pipelines.models import AuditEntry, Run, RunState
+from controlplane.definitions.models import AuditEntry, Run, RunState
+from controlplane.supervision import launcher, reconciler
 from tests.kafka_helpers import produce
 from tests.test_launch_and_stop import new_pipeline
 

@@ -10,8 +10,8 @@ import time
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
-from controlplane.pipelines import launcher, reconciler
-from controlplane.pipelines.models import Run, RunState
+from controlplane.definitions.models import Run, RunState
+from controlplane.supervision import launcher, reconciler
 
 
 class Command(BaseCommand):

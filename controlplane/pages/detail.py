@@ -6,7 +6,7 @@ import difflib
 import json
 from datetime import datetime
 
-from .models import Pipeline, Status
+from controlplane.definitions.models import Pipeline, Status
 
 CONTROLS = [
     # action, label, what it does (shown in the confirmation)

@@ -4,8 +4,15 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.connections.masking import known_secrets, mask
-
-from .models import AuditEntry, DesiredState, Failure, Pipeline, PipelineVersion, Run, Status
+from controlplane.definitions.models import (
+    AuditEntry,
+    DesiredState,
+    Failure,
+    Pipeline,
+    PipelineVersion,
+    Run,
+    Status,
+)
 
 
 class PipelineSerializer(serializers.ModelSerializer):

@@ -1,18 +1,15 @@
-"""What drivers tell the control plane: heartbeats and batch progress.
+"""What drivers tell the control plane: the HTTP side of heartbeats, progress and exits.
 
 Each run authenticates with its own token (`Authorization: RunToken <key>`), given to it at
 launch. Reports are fenced: only the pipeline's current, still-active run is heard; anything
-else (a driver the control plane already gave up on, a zombie from an older generation) gets
-409 and is told to stop.
+else gets 409 and is told to stop. What a report means is controlplane.supervision.reports
+(fencing, liveness) and controlplane.observability.progress (batch progress).
 """
 
 from __future__ import annotations
 
-import json
-
 from django.db import transaction
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, status
@@ -23,9 +20,10 @@ from rest_framework.views import APIView
 
 from controlplane.accounts import security
 from controlplane.accounts.models import digest as token_digest
-
-from . import reconciler, tasks
-from .models import BatchProgress, DesiredState, Run, RunState
+from controlplane.definitions.models import Run
+from controlplane.observability import progress
+from controlplane.supervision import reconciler, reports, tasks
+from controlplane.supervision.reports import STALE
 
 
 class RunTokenAuthentication(BaseAuthentication):
@@ -57,19 +55,6 @@ class IsRun(BasePermission):
         return isinstance(request.auth, Run) and str(request.auth.pk) == str(view.kwargs["run_id"])
 
 
-def _current(run: Run) -> bool:
-    # run.pipeline was loaded with the run by RunTokenAuthentication, in this request.
-    return run.generation == run.pipeline.generation and run.state in RunState.active()
-
-
-def _answer(run: Run) -> dict:
-    pipeline = run.pipeline
-    stop = pipeline.desired_state != DesiredState.RUNNING or run.stop_requested_at is not None
-    return {"stop": stop, "generation": run.generation}
-
-
-STALE = {"detail": "stale run: this driver is not the pipeline's current run", "stop": True}
-
 HeartbeatReply = inline_serializer(
     "HeartbeatReply", {"stop": serializers.BooleanField(), "generation": serializers.IntegerField()}
 )
@@ -92,14 +77,11 @@ class RunHeartbeat(RunReportView):
     )
     def post(self, request, run_id: int) -> Response:
         run: Run = request.auth
-        if not _current(run):
+        if not reports.is_current(run):
             return Response(STALE, status=status.HTTP_409_CONFLICT)
-        now = timezone.now()
-        changes = {"last_heartbeat_at": now}
-        if isinstance(request.data, dict) and request.data.get("idle") is True:
-            changes["last_idle_at"] = now  # waiting for data, not stuck
-        Run.objects.filter(pk=run.pk).update(**changes)
-        return Response(_answer(run))
+        idle = isinstance(request.data, dict) and request.data.get("idle") is True
+        reports.heartbeat(run, timezone.now(), idle=idle)
+        return Response(reports.answer(run))
 
 
 class ProgressSerializer(serializers.Serializer):
@@ -127,7 +109,7 @@ class RunProgress(RunReportView):
     @extend_schema(request=ProgressSerializer(many=True), responses={200: HeartbeatReply})
     def post(self, request, run_id: int) -> Response:
         run: Run = request.auth
-        if not _current(run):
+        if not reports.is_current(run):
             return Response(STALE, status=status.HTTP_409_CONFLICT)
         many = isinstance(request.data, list)
         if many and not 0 < len(request.data) <= MAX_PROGRESS_PER_REQUEST:
@@ -136,54 +118,10 @@ class RunProgress(RunReportView):
             )
         data = ProgressSerializer(data=request.data, many=many)
         data.is_valid(raise_exception=True)
-        reports = data.validated_data if many else [data.validated_data]
-        # A retried request repeats batches already recorded: those are ignored.
-        BatchProgress.objects.bulk_create(
-            [_progress_row(run, p) for p in reports], ignore_conflicts=True
-        )
-        now = timezone.now()
-        Run.objects.filter(pk=run.pk).update(
-            last_heartbeat_at=now,
-            last_batch_id=max(p["batchId"] for p in reports),
-            last_batch_at=now,
-        )
-        return Response(_answer(run))
-
-
-def _progress_row(run: Run, p: dict) -> BatchProgress:
-    source = (p.get("sources") or [{}])[0]
-    operators = p.get("stateOperators") or []
-    return BatchProgress(
-        run=run,
-        batch_id=p["batchId"],
-        timestamp=p["timestamp"],
-        num_input_rows=p["numInputRows"],
-        input_rows_per_second=p.get("inputRowsPerSecond"),
-        processed_rows_per_second=p.get("processedRowsPerSecond"),
-        batch_duration_ms=p.get("batchDuration"),
-        durations_ms=p.get("durationMs", {}),
-        end_offsets=_offsets(source.get("endOffset")),
-        latest_offsets=_offsets(source.get("latestOffset")),
-        state_rows=_total(operators, "numRowsTotal"),
-        state_memory_bytes=_total(operators, "memoryUsedBytes"),
-        watermark=_watermark(p.get("eventTime") or {}),
-    )
-
-
-def _total(operators: list[dict], key: str) -> int | None:
-    values = [o[key] for o in operators if isinstance(o.get(key), int)]
-    return sum(values) if values else None
-
-
-def _watermark(event_time: dict):
-    """Spark reports the watermark as ISO text; the epoch (no watermark yet) is left out."""
-    try:
-        value = parse_datetime(str(event_time.get("watermark") or ""))
-    except ValueError:
-        return None
-    if value is None or value.timestamp() <= 0:
-        return None
-    return value
+        batches = data.validated_data if many else [data.validated_data]
+        progress.store(run, batches)
+        reports.batches_completed(run, max(p["batchId"] for p in batches), timezone.now())
+        return Response(reports.answer(run))
 
 
 class ExitSerializer(serializers.Serializer):
@@ -203,7 +141,7 @@ class RunExit(RunReportView):
     @extend_schema(request=ExitSerializer, responses={200: ExitReply})
     def post(self, request, run_id: int) -> Response:
         run: Run = request.auth
-        if not _current(run):
+        if not reports.is_current(run):
             # Fenced like the other reports. A run replaced by a restart is still recorded
             # as ended: the reconciler reads its exit.json at the next tick.
             return Response(STALE, status=status.HTTP_409_CONFLICT)
@@ -221,19 +159,6 @@ class RunExit(RunReportView):
             pipeline_id = run.pipeline_id
             transaction.on_commit(lambda: tasks.nudge(pipeline_id))
         return Response({"recorded": recorded})
-
-
-def _offsets(value):
-    """Spark reports source offsets as JSON text; keep the per-topic offsets as JSON (keys
-    starting with `$` are the source's own bookkeeping, such as a batch's split plan)."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return None
-    if isinstance(value, dict):
-        return {k: v for k, v in value.items() if not str(k).startswith("$")}
-    return value
 
 
 class RunTokenScheme(OpenApiAuthenticationExtension):

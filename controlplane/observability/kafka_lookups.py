@@ -16,7 +16,7 @@ import json
 import logging
 import threading
 
-from jobs.kafka.source import log_bounds, metadata_consumer, record_time
+from jobs.kafka.metadata import log_bounds, metadata_consumer, record_time
 
 log = logging.getLogger("controlplane.metrics")
 

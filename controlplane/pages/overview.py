@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from . import metrics
-from .kafka_lookups import KafkaLookups
-from .models import Pipeline, Status
+from controlplane.definitions.models import Pipeline, Status
+from controlplane.observability import metrics
+from controlplane.observability.kafka_lookups import KafkaLookups
 
 # Severity, highest first: what an on-call engineer must look at before anything else.
 FAILING, RECOVERING, DEGRADED, HEALTHY, QUIET = 0, 1, 2, 3, 4

@@ -5,7 +5,7 @@ it (the truth, even while the driver is dead), else from the last progress the d
 reported. Log ends come from the broker (confirmed by a fetch's high watermark), so lag is
 exact, and known while the job is stopped. Time lag is the age of the oldest record not yet
 processed. The lag's status and the backpressure level come from recent progress reports
-(`controlplane.lag` has the rules).
+(`controlplane.observability.lag` has the rules).
 """
 
 from __future__ import annotations
@@ -17,15 +17,21 @@ from pathlib import Path
 from django.conf import settings
 from django.db.models import Min
 
-from controlplane.checkpoints import Checkpoint, read_checkpoint
 from controlplane.connections.masking import mask
-from controlplane.lag import Batch, Sample, backpressure, lag_status, partition_lags
+from controlplane.definitions.models import (
+    BatchProgress,
+    DesiredState,
+    Pipeline,
+    ProgressRollup,
+    RunState,
+)
+from controlplane.observability.checkpoints import Checkpoint, read_checkpoint
+from controlplane.observability.lag import Batch, Sample, backpressure, lag_status, partition_lags
 from jobs.connections import kafka_client_config
 from jobs.kafka.offsets import flatten
 
 from . import kafka_lookups
 from .kafka_lookups import KafkaLookups
-from .models import BatchProgress, DesiredState, Pipeline, ProgressRollup, RunState
 
 log = logging.getLogger("controlplane.metrics")
 

@@ -14,11 +14,12 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from controlplane.accounts.roles import OPERATOR
-from controlplane.api.fields import flatten_spec_error
+from controlplane.definitions import services
+from controlplane.definitions.models import AuditEntry, Pipeline
+from controlplane.observability import metrics
+from controlplane.supervision import controls, tasks
 from jobs.spec import SpecError
 
-from . import controls, metrics, services, tasks
-from .models import AuditEntry, Pipeline
 from .serializers import (
     AuditEntrySerializer,
     ControlSerializer,
@@ -79,7 +80,7 @@ class PipelineViewSet(viewsets.ModelViewSet):
                 user=self.request.user,
             )
         except SpecError as exc:
-            raise ValidationError(flatten_spec_error(exc, "spec.")) from None
+            raise ValidationError(exc.as_dict("spec.")) from None
         except services.Conflict as exc:
             raise ValidationError({"name": [str(exc)]}) from None
 
@@ -103,7 +104,7 @@ class PipelineViewSet(viewsets.ModelViewSet):
                 expected_version=data.get("version"),
             )
         except SpecError as exc:
-            raise ValidationError(flatten_spec_error(exc, "spec.")) from None
+            raise ValidationError(exc.as_dict("spec.")) from None
         except services.Conflict as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         return Response(self.get_serializer(pipeline).data)

@@ -16,13 +16,13 @@ from django.views.decorators.http import require_http_methods
 
 from controlplane.accounts.decorators import role_required
 from controlplane.accounts.roles import EDITOR, VIEWER, has_role
-from controlplane.api.fields import flatten_spec_error
 from controlplane.connections.models import Connection, ConnectionKind
 from controlplane.connections.serializers import ConnectionSerializer
+from controlplane.definitions import audit, services
+from controlplane.definitions.models import Pipeline
 from jobs.spec import SpecError
 
-from . import audit, forms, services
-from .models import Pipeline
+from . import forms
 
 
 def _pipeline_form(request, *, pipeline, values, errors, status=200):
@@ -85,7 +85,7 @@ def pipeline_new(request):
                 user=request.user,
             )
         except SpecError as exc:
-            errors = flatten_spec_error(exc, "spec.")
+            errors = exc.as_dict("spec.")
         except services.Conflict as exc:
             errors = {"name": [str(exc)]}
         else:
@@ -139,7 +139,7 @@ def pipeline_edit(request, name: str):
                 expected_version=read_version,
             )
         except SpecError as exc:
-            errors = flatten_spec_error(exc, "spec.")
+            errors = exc.as_dict("spec.")
         except services.Conflict as exc:
             errors = {
                 forms.GENERAL: [

@@ -12,8 +12,9 @@ from django.utils import timezone
 
 from controlplane.connections.models import Connection
 from controlplane.connections.policy import clean_connection
-from controlplane.pipelines import controls, services
-from controlplane.pipelines.models import DesiredState, Pipeline, RunState, Status
+from controlplane.definitions import services
+from controlplane.definitions.models import DesiredState, Pipeline, RunState, Status
+from controlplane.supervision import controls
 from jobs.spec import SpecError
 
 DEMO_PIPELINE = "demo-deliveries"

@@ -11,9 +11,10 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.decorators import api_view, renderer_classes
 from rest_framework.renderers import BaseRenderer
 
+from controlplane.definitions.models import Pipeline, ReconcilerState, Status
+
 from . import metrics
 from .kafka_lookups import KafkaLookups
-from .models import Pipeline, ReconcilerState, Status
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LEVELS = {"ok": 0, "low": 1, "high": 2}

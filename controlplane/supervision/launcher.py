@@ -24,11 +24,10 @@ import pyspark
 from django.conf import settings
 
 from controlplane.accounts.models import digest
+from controlplane.definitions.models import Pipeline, Run
 from jobs.connections import kafka_client_config
 from jobs.files import write_private
 from jobs.jvm import spark_jars
-
-from .models import Pipeline, Run
 
 JOB_SCRIPT = Path(settings.BASE_DIR) / "jobs" / "run.py"
 

@@ -6,7 +6,7 @@ worker holds it), and the database refuses a second active run for one pipeline,
 workers can never start two drivers.
 
 A run that ends without being asked to is a failure: it is recorded (the pipeline's
-exceptions history) and the pipeline's restart policy (`controlplane.restarts`) decides
+exceptions history) and the pipeline's restart policy (`controlplane.supervision.restarts`) decides
 whether and when to restart. The restart time is stored (`next_attempt_at`); a later tick
 starts the new run once it is due. Failures are detected three ways: the supervisor's exit
 report, the supervisor's process vanishing, and heartbeats that stop coming.
@@ -30,14 +30,22 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Concat
-from django.utils import timezone
 
-from controlplane import restarts
+from controlplane.definitions.models import (
+    DesiredState,
+    Failure,
+    Pipeline,
+    ReconcilerState,
+    Run,
+    RunState,
+    Status,
+)
 from controlplane.redaction import redact
 from jobs.spec import parse_spec
 
-from . import launcher
-from .models import DesiredState, Failure, Pipeline, ReconcilerState, Run, RunState, Status
+from . import launcher, restarts, transitions
+from .status import transition
+from .transitions import Action, Observation
 
 log = logging.getLogger("controlplane.reconciler")
 
@@ -99,32 +107,21 @@ def reconcile_pipeline(pipeline_id: int, now: datetime) -> str | None:
             return _observe(pipeline, run, now)
         if pipeline.status_message:
             _set_message(pipeline, "")
-        if pipeline.desired_state != DesiredState.RUNNING:
-            resting = _resting_status(pipeline)
-            if pipeline.next_attempt_at or pipeline.status not in (resting, Status.FAILED):
-                # No driver and none wanted: settle, and drop any pending restart.
-                Pipeline.objects.filter(pk=pipeline.pk).update(next_attempt_at=None)
-                _set_status(pipeline, resting)
-                return "settle"
-            return None
-        if pipeline.status == Status.BACKING_OFF:
+        observation = Observation.IDLE
+        if pipeline.status == Status.BACKING_OFF and pipeline.desired_state == DesiredState.RUNNING:
             if pipeline.next_attempt_at and now < pipeline.next_attempt_at:
                 return None  # the policy's delay is not over yet
-            started = _new_run(pipeline, now, restart=True)
-        elif pipeline.status in (
-            Status.STOPPED,
-            Status.SUSPENDED,
-            Status.STARTING,
-            Status.RESTARTING,
-        ):
-            started = _new_run(pipeline, now)
-        elif pipeline.status == Status.FAILED:
-            # The policy gave up (or the failure is permanent): an operator starts it again.
-            return None
-        else:
-            # No driver, but the pipeline looks alive (e.g. a run row was deleted by hand).
-            _set_status(pipeline, Status.STOPPED)
+            observation = Observation.RESTART_DUE
+        found = transitions.step(pipeline.status, pipeline.desired_state, observation)
+        if found is None:
+            return None  # e.g. failed: the policy gave up, an operator starts it again
+        if found.action is Action.SETTLE:
+            if found.status == pipeline.status and pipeline.next_attempt_at is None:
+                return None  # at rest already
+            # No driver and none wanted (or it only looked alive): settle, drop any restart.
+            transition(pipeline, observation, next_attempt_at=None)
             return "settle"
+        started = _new_run(pipeline, now, observation)
         if started is None:
             return None
     # Outside the transaction: the run row (with its token digest, directory and host) is
@@ -132,17 +129,6 @@ def reconcile_pipeline(pipeline_id: int, now: datetime) -> str | None:
     # whose driver, if any, is refused (409) and found by its directory, never an untracked one.
     run, token = started
     return _launch(run, token, now)
-
-
-def _resting_status(pipeline: Pipeline) -> str:
-    if pipeline.desired_state == DesiredState.SUSPENDED:
-        return Status.SUSPENDED
-    return Status.STOPPED
-
-
-def _set_status(pipeline: Pipeline, status: str) -> None:
-    Pipeline.objects.filter(pk=pipeline.pk).update(status=status, updated_at=timezone.now())
-    pipeline.status = status
 
 
 def _set_message(pipeline: Pipeline, message: str) -> None:
@@ -155,8 +141,9 @@ def _lock_pipeline(pipeline_id: int) -> Pipeline | None:
     return Pipeline.objects.select_for_update().filter(pk=pipeline_id).first()
 
 
-def _new_run(pipeline: Pipeline, now: datetime, *, restart: bool = False) -> tuple[Run, str] | None:
-    """A new 'starting' run row (with its token digest, directory and host), and its token."""
+def _new_run(pipeline: Pipeline, now: datetime, observation: Observation) -> tuple[Run, str] | None:
+    """A new 'starting' run row (with its token digest, directory and host), and its token;
+    the pipeline takes the table's step for `observation` (a launch, or a relaunch)."""
     generation = pipeline.generation + 1
     run = Run(
         pipeline=pipeline,
@@ -170,12 +157,11 @@ def _new_run(pipeline: Pipeline, now: datetime, *, restart: bool = False) -> tup
             run.save(force_insert=True)
     except IntegrityError:
         return None  # another worker created the run first
+    restart = observation is Observation.RESTART_DUE
     changes = {"generation": generation, "next_attempt_at": None}
     if restart:
-        changes.update(status=Status.RESTARTING, restarts=F("restarts") + 1)
-    else:
-        changes.update(status=Status.STARTING)
-    Pipeline.objects.filter(pk=pipeline.pk).update(**changes)
+        changes["restarts"] = F("restarts") + 1
+    transition(pipeline, observation, **changes)
     log.info(
         "pipeline %s: %s run %s",
         pipeline.name,
@@ -193,14 +179,13 @@ def _launch(run: Run, token: str, now: datetime) -> str:
         finish(run, now, exit_code=None, cause="launch-failed", error=str(exc))
         return "launch-failed"
     with transaction.atomic():
-        _lock_pipeline(run.pipeline_id)  # an on-call kill either sees the pid, or ended it
+        pipeline = _lock_pipeline(run.pipeline_id)  # a kill either sees the pid, or ended it
         updated = Run.objects.filter(pk=run.pk, state=RunState.STARTING).update(
             pid=run.pid, process_started=run.process_started, started_at=now, state=RunState.RUNNING
         )
         if updated:
-            Pipeline.objects.filter(pk=run.pipeline_id, generation=run.generation).update(
-                status=Status.RUNNING
-            )
+            if pipeline is not None:
+                transition(pipeline, Observation.LAUNCHED, if_generation=run.generation)
             return "start"
     # The run ended while it was being launched (killed while starting, or given up on as
     # lost): the driver just started must not run on beside whatever comes next.
@@ -346,8 +331,7 @@ def _stop(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
     if run.stop_requested_at is None:
         launcher.request_stop(run)
         Run.objects.filter(pk=run.pk).update(state=RunState.STOPPING, stop_requested_at=now)
-        if pipeline.status != Status.RESTARTING:  # a restart by hand shows as such throughout
-            _set_status(pipeline, Status.STOPPING)
+        transition(pipeline, Observation.UNWANTED)
         log.info("pipeline %s: graceful stop of run %s requested", pipeline.name, run.generation)
         return "stop"
     if now - run.stop_requested_at > timedelta(seconds=settings.CONTROLPLANE_STOP_TIMEOUT):
@@ -408,9 +392,7 @@ def _finish(
     if pipeline.generation != run.generation:
         return True
     if cause in ("stopped", "killed") or pipeline.desired_state != DesiredState.RUNNING:
-        Pipeline.objects.filter(pk=pipeline.pk, generation=run.generation).update(
-            status=_resting_status(pipeline), next_attempt_at=None
-        )
+        transition(pipeline, Observation.ENDED, if_generation=run.generation, next_attempt_at=None)
         return True
     _failed(pipeline, run, now, cause=cause, error=error)
     return True
@@ -442,13 +424,11 @@ def _failed(pipeline: Pipeline, run: Run, now: datetime, *, cause: str, error: s
         decision=decision.reason,
         restart_at=decision.restart_at,
     )
-    if decision.restart:
-        changes = {
-            "status": Status.BACKING_OFF,
-            "next_attempt_at": decision.restart_at,
-            "attempt": decision.attempt,
-        }
-    else:
-        changes = {"status": Status.FAILED, "next_attempt_at": None, "attempt": decision.attempt}
-    Pipeline.objects.filter(pk=pipeline.pk, generation=run.generation).update(**changes)
+    transition(
+        pipeline,
+        Observation.FAILED_RESTART if decision.restart else Observation.FAILED_GIVE_UP,
+        if_generation=run.generation,
+        next_attempt_at=decision.restart_at if decision.restart else None,
+        attempt=decision.attempt,
+    )
     log.warning("pipeline %s: run %s %s: %s", pipeline.name, run.generation, cause, decision.reason)

@@ -9,11 +9,10 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from controlplane.accounts.roles import OPERATOR
-from controlplane.pipelines import audit
-
-from .models import Connection
-from .probe import probe
-from .serializers import ConnectionSerializer
+from controlplane.connections.models import Connection
+from controlplane.connections.probe import probe
+from controlplane.connections.serializers import ConnectionSerializer
+from controlplane.definitions import audit
 
 ProbeResultSerializer = inline_serializer(
     "ConnectionTestResult",

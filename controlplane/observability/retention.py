@@ -12,7 +12,7 @@ from django.db import transaction
 from django.db.models import Count, Max, Sum
 from django.db.models.functions import Coalesce, TruncHour
 
-from .models import BatchProgress, ProgressRollup
+from controlplane.definitions.models import BatchProgress, ProgressRollup
 
 log = logging.getLogger("controlplane.retention")
 

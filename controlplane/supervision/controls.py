@@ -14,20 +14,27 @@ from datetime import datetime
 
 from django.db import transaction
 
-from . import audit, launcher, reconciler
-from .models import DesiredState, Pipeline, Run, RunState, Status
+from controlplane.definitions import audit
+from controlplane.definitions.models import DesiredState, Pipeline, Run, RunState, Status
+
+from . import launcher, reconciler
+from .status import transition
+from .transitions import Observation
 
 
 class NotApplicable(Exception):
     """The action makes no sense in the pipeline's current state (answered with 409)."""
 
 
-def _start(pipeline: Pipeline, now: datetime) -> dict:
-    if pipeline.desired_state == DesiredState.RUNNING and pipeline.status not in (
-        Status.FAILED,
-        Status.BACKING_OFF,
-    ):
-        return {}  # already wanted running, and not given up on: nothing to do
+# Each action: what changes in what is desired, and the observation (if any) the status
+# follows, by the transition table (controlplane.supervision.transitions).
+Change = tuple[dict, Observation | None]
+
+
+def _start(pipeline: Pipeline, now: datetime) -> Change:
+    given_up = pipeline.status in (Status.FAILED, Status.BACKING_OFF)
+    if pipeline.desired_state == DesiredState.RUNNING and not given_up:
+        return {}, None  # already wanted running, and not given up on: nothing to do
     # A start by hand: the restart policy counts failures from here on, and a failed or
     # backing-off pipeline is launched at once.
     changes = {
@@ -36,49 +43,49 @@ def _start(pipeline: Pipeline, now: datetime) -> dict:
         "attempt": 0,
         "next_attempt_at": None,
     }
-    if pipeline.status in (Status.FAILED, Status.BACKING_OFF):
-        changes["status"] = Status.STOPPED
-    return changes
+    return changes, Observation.START if given_up else None
 
 
-def _stop(pipeline: Pipeline, now: datetime) -> dict:
-    return {"desired_state": DesiredState.STOPPED, "next_attempt_at": None}
+def _stop(pipeline: Pipeline, now: datetime) -> Change:
+    return {"desired_state": DesiredState.STOPPED, "next_attempt_at": None}, None
 
 
-def _suspend(pipeline: Pipeline, now: datetime) -> dict:
-    return {"desired_state": DesiredState.SUSPENDED, "next_attempt_at": None}
+def _suspend(pipeline: Pipeline, now: datetime) -> Change:
+    return {"desired_state": DesiredState.SUSPENDED, "next_attempt_at": None}, None
 
 
-def _resume(pipeline: Pipeline, now: datetime) -> dict:
+def _resume(pipeline: Pipeline, now: datetime) -> Change:
     if pipeline.desired_state == DesiredState.STOPPED:
         raise NotApplicable(f"pipeline {pipeline.name!r} is stopped, not suspended: start it")
     return _start(pipeline, now)
 
 
-def _restart(pipeline: Pipeline, now: datetime) -> dict:
-    changes = _start(pipeline, now) or {"restarts_since": now, "attempt": 0}
+def _restart(pipeline: Pipeline, now: datetime) -> Change:
+    changes, observation = _start(pipeline, now)
+    changes = changes or {"restarts_since": now, "attempt": 0}
     if pipeline.runs.filter(state__in=RunState.active()).exists():
         # The current run stops being the wanted one: the reconciler stops it gracefully
         # (its reports are refused from now on), then starts the next generation.
-        changes.update(generation=pipeline.generation + 1, status=Status.RESTARTING)
-    return changes
+        changes["generation"] = pipeline.generation + 1
+        observation = Observation.RESTART
+    return changes, observation
 
 
-def _restart_now(pipeline: Pipeline, now: datetime) -> dict:
+def _restart_now(pipeline: Pipeline, now: datetime) -> Change:
     if pipeline.status == Status.BACKING_OFF:
-        return {"next_attempt_at": now}
+        return {"next_attempt_at": now}, None
     if pipeline.status in (Status.RESTARTING, Status.STARTING):
-        return {}
+        return {}, None
     raise NotApplicable(
         f"pipeline {pipeline.name!r} has no restart pending (it is {pipeline.status})"
     )
 
 
-def _reset_restarts(pipeline: Pipeline, now: datetime) -> dict:
-    return {"restarts_since": now, "attempt": 0}
+def _reset_restarts(pipeline: Pipeline, now: datetime) -> Change:
+    return {"restarts_since": now, "attempt": 0}, None
 
 
-ACTIONS: dict[str, Callable[[Pipeline, datetime], dict]] = {
+ACTIONS: dict[str, Callable[[Pipeline, datetime], Change]] = {
     "start": _start,
     "stop": _stop,
     "kill": _stop,  # the same desire; act() then kills the driver instead of waiting
@@ -110,8 +117,10 @@ def act(pipeline: Pipeline, action: str, *, user, reason: str, now: datetime) ->
         if action == "kill":
             _refuse_runs_elsewhere(locked)
         before = audit.snapshot(locked)
-        changes = ACTIONS[action](locked, now)
-        if changes:
+        changes, observation = ACTIONS[action](locked, now)
+        if observation is not None:
+            transition(locked, observation, **changes, updated_by=user)
+        elif changes:
             Pipeline.objects.filter(pk=locked.pk).update(**changes, updated_by=user, updated_at=now)
         if action == "kill":
             for run in Run.objects.filter(pipeline=locked, state__in=RunState.active()):

@@ -16,9 +16,11 @@ from controlplane import health
 from controlplane.accounts.decorators import role_required
 from controlplane.accounts.roles import OPERATOR, VIEWER, has_role
 from controlplane.connections.masking import known_secrets, mask
+from controlplane.definitions.models import AuditEntry, Pipeline, ReconcilerState, RunState
+from controlplane.observability import metrics
+from controlplane.supervision import controls, tasks
 
-from . import controls, detail, metrics, overview, tasks
-from .models import AuditEntry, Pipeline, ReconcilerState, RunState
+from . import detail, overview
 
 
 @role_required(VIEWER)

@@ -1,4 +1,4 @@
-"""Celery tasks: thin wrappers that call into domain modules."""
+"""Celery tasks of supervision: thin wrappers that call into the reconciler."""
 
 from __future__ import annotations
 
@@ -9,26 +9,20 @@ from concurrent.futures import ThreadPoolExecutor
 from celery import shared_task
 from django.utils import timezone
 
-from . import reconciler, retention
+from . import reconciler
 
 log = logging.getLogger("controlplane.tasks")
 
 
-@shared_task(name="controlplane.pipelines.tasks.reconcile", ignore_result=True)
+@shared_task(name="controlplane.supervision.tasks.reconcile", ignore_result=True)
 def reconcile() -> dict:
     return reconciler.tick(now=timezone.now())
 
 
-@shared_task(name="controlplane.pipelines.tasks.reconcile_pipeline", ignore_result=True)
+@shared_task(name="controlplane.supervision.tasks.reconcile_pipeline", ignore_result=True)
 def reconcile_pipeline(pipeline_id: int) -> str | None:
     """Act on one pipeline now (after an operator's command) instead of at the next tick."""
     return reconciler.reconcile_pipeline(pipeline_id, timezone.now())
-
-
-@shared_task(name="controlplane.pipelines.tasks.compact_progress", ignore_result=True)
-def compact_progress() -> dict:
-    """Keep progress history bounded (raw, then hourly roll-ups, then gone)."""
-    return retention.compact_progress(timezone.now())
 
 
 # Nudges are sent from one background thread, so a request never waits on the broker: with

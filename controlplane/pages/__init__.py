@@ -1,0 +1,1 @@
+"""The browser's pages: a face over definitions, supervision and observability."""

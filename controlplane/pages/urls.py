@@ -1,0 +1,23 @@
+from django.urls import path
+
+from . import editing, views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("pipelines/rows", views.overview_rows, name="overview-rows"),
+    path("audit/", views.audit_log, name="audit"),
+    path("new/pipeline", editing.pipeline_new, name="pipeline-new"),
+    path("new/connection", editing.connection_new, name="connection-new"),
+    path("connections/", editing.connection_list, name="connections"),
+    path("connections/<slug:name>/edit", editing.connection_edit, name="connection-edit"),
+    path("pipelines/<slug:name>/edit", editing.pipeline_edit, name="pipeline-edit"),
+    path("pipelines/<slug:name>/", views.pipeline_page, name="pipeline"),
+    path("pipelines/<slug:name>/status", views.pipeline_status, name="pipeline-status"),
+    path("pipelines/<slug:name>/diff", views.pipeline_diff, name="pipeline-diff"),
+    path(
+        "pipelines/<slug:name>/control/<slug:action>",
+        views.pipeline_control,
+        name="pipeline-control",
+    ),
+    path("healthz", views.healthz, name="healthz"),
+]

@@ -1,7 +1,0 @@
-from django.apps import AppConfig
-
-
-class PipelinesConfig(AppConfig):
-    name = "controlplane.pipelines"
-    label = "pipelines"
-    verbose_name = "Pipelines"

@@ -1,0 +1,81 @@
+"""Kafka metadata for both sides: log bounds, single records, and the consumer that asks.
+
+Used by the Python reader (jobs.kafka.source) inside Spark and by the control plane's lag
+lookups (controlplane.observability.kafka_lookups); it needs kafka-python only, not Spark.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .auth import check_sasl_login
+
+# How long a trigger may spend confirming log ends before trusting ListOffsets alone.
+END_OFFSET_CHECK_SECONDS = 2.0
+
+
+def log_bounds(consumer, partitions) -> tuple[dict, dict]:
+    """First offsets and log end offsets of (topic, partition) pairs, the ends confirmed by a
+    fetch's high watermark.
+
+    On Apache Kafka, ListOffsets(latest) is the high watermark itself, and the check below
+    only confirms it. Some Kafka-compatible brokers under-report it (missing the tail of the
+    last record batch), which would leave records unread until more arrive; the high watermark
+    a fetch returns is authoritative, so one small fetch at the reported end checks it (the
+    larger of the two wins). `consumer` is assigned the partitions (a metadata consumer with a
+    small max_partition_fetch_bytes, not one that reads data).
+    """
+    from kafka import TopicPartition
+
+    tps = [TopicPartition(t, p) for t, p in partitions]
+    listed = consumer.end_offsets(tps)
+    first = consumer.beginning_offsets(tps)
+    consumer.assign(tps)
+    # Fetch from one record before the listed end: the answer then always carries records,
+    # and with them a fresh high watermark for that partition.
+    waiting = set()
+    for tp in tps:
+        consumer.seek(tp, max(first[tp], listed[tp] - 1))
+        if listed[tp] > first[tp]:
+            waiting.add(tp)
+    out = {(tp.topic, tp.partition): listed[tp] for tp in tps}
+    deadline = time.monotonic() + END_OFFSET_CHECK_SECONDS
+    while waiting and time.monotonic() < deadline:
+        for tp in consumer.poll(timeout_ms=50, update_offsets=False):
+            waiting.discard(tp)
+    for tp in tps:
+        hw = consumer.highwater(tp)
+        if hw is not None and tp not in waiting:
+            out[(tp.topic, tp.partition)] = max(listed[tp], hw)
+    return {(tp.topic, tp.partition): o for tp, o in first.items()}, out
+
+
+def metadata_consumer(client_config: dict):
+    """A consumer for offsets and single records, never for bulk reading. A SASL login the
+    cluster refuses raises SaslLoginError at once (kafka-python would retry until its
+    bootstrap timeout and then report only that)."""
+    from kafka import KafkaConsumer
+
+    check_sasl_login(client_config)
+    return KafkaConsumer(
+        **client_config,
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=1024,
+        fetch_max_wait_ms=10,
+    )
+
+
+def record_time(consumer, tp, offset: int, end: int) -> tuple[int, int] | None:
+    """The first record at or after `offset` (before `end`): its offset and timestamp."""
+    consumer.assign([tp])
+    consumer.seek(tp, offset)
+    deadline = time.monotonic() + END_OFFSET_CHECK_SECONDS
+    while time.monotonic() < deadline:
+        for record in consumer.poll(timeout_ms=100, max_records=50, update_offsets=False).get(
+            tp, []
+        ):
+            if offset <= record.offset < end:
+                return record.offset, record.timestamp
+            if record.offset >= end:
+                return None
+    return None
