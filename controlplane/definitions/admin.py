@@ -8,7 +8,10 @@ from django.shortcuts import redirect
 
 from jobs.spec import SpecError
 
-from . import services
+from . import (
+    connection_admin,  # noqa: F401 - registers the connections' admin
+    services,
+)
 from .models import AuditEntry, Failure, Pipeline, PipelineVersion, ReconcilerState
 
 

@@ -1,14 +1,18 @@
+"""The Django admin of connections: here, beside the pipelines' admin, because its changes go
+into the one audit log (controlplane.definitions.audit)."""
+
 from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
 from django.db import transaction
 
+from controlplane.connections.models import Connection
+from controlplane.connections.policy import clean_connection
 from jobs.connections import SECRET_FIELDS
 from jobs.spec import SpecError
 
-from .models import Connection
-from .policy import clean_connection
+from . import audit
 
 _ALL_SECRETS = sorted(set().union(*SECRET_FIELDS.values()))
 
@@ -80,8 +84,6 @@ class ConnectionAdmin(admin.ModelAdmin):
     search_fields = ("name", "description")
 
     def save_model(self, request, obj, form, change) -> None:
-        from controlplane.definitions import audit
-
         with transaction.atomic():
             before = {}
             if change:
@@ -100,8 +102,6 @@ class ConnectionAdmin(admin.ModelAdmin):
             )
 
     def delete_model(self, request, obj) -> None:
-        from controlplane.definitions import audit
-
         with transaction.atomic():
             audit.record_connection(
                 obj.name,
