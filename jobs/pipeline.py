@@ -27,6 +27,7 @@ log = logging.getLogger("jobs.pipeline")
 CORRUPT = "_cp_corrupt"
 PARSED = "_cp_record"
 BAD = "_cp_bad"
+ORDER = "_cp_order"  # an upsert's position of each row in its batch
 DEAD_LETTER_FIELDS = ("topic", "partition", "offset", "timestamp", "value")
 EMPTY_VALUE = "empty value (null)"
 
@@ -179,8 +180,12 @@ def parsed_frame(raw, spec: PipelineSpec):
 class BatchWriter:
     """The foreachBatch function: split good rows from dead letters, transform, write once."""
 
-    def __init__(self, config: RunConfig):
+    def __init__(self, config: RunConfig, partitions: int = 2):
         self.config = config
+        # Upserts written by the JVM writer go by key into this many partitions, each its own
+        # transaction and marker: the input partitions kept with the checkpoint (readers.Pin),
+        # so a replayed batch puts every key where it went the first time.
+        self.partitions = partitions
         spec = config.spec
         self.sink = PostgresSink(
             config.postgres,
@@ -236,12 +241,12 @@ class BatchWriter:
         if self.sink.committed(batch_id):
             log.info("batch %s was committed before (a replay): skipped", batch_id)
             return
-        # Append with the JVM writer: the records that parsed, through the transform if any,
-        # in one pass, unless the last batch had records that did not: those go on with the
-        # paths that write dead letters from the same read of Kafka (one pass without a
-        # transform, else a cached batch), rather than read each such batch twice.
+        # With the JVM writer: the records that parsed, through the transform if any, in one
+        # pass, unless the last batch had records that did not: those go on with the paths
+        # that write dead letters from the same read of Kafka (one pass without a transform,
+        # else a cached batch), rather than read each such batch twice.
         append, done = self.sink.mode == "append", None
-        if append and self.jvm is not None and not self.unparsed_before:
+        if self.jvm is not None and not self.unparsed_before:
             done = self._observed_pass(batch, batch_id)
         if done is None and append and transform is None:
             done = self._single_pass(batch, batch_id)
@@ -310,17 +315,31 @@ class BatchWriter:
         )
 
     def _observed_pass(self, batch, batch_id: int) -> tuple[int, int, str] | None:
-        """Append, the JVM writer, no shuffle: the records that parsed (transformed, if
-        asked) are written in one pass, each partition with its marker, while those that did
-        not are counted on the way. Nothing is cached and no dead-letter columns are carried;
-        only a batch that had such records reads its Kafka offsets a second time, for its
-        dead letters. None when this path does not apply (a shuffle, a column the JVM writer
-        cannot encode): nothing was written then."""
+        """The JVM writer, a transform without a shuffle (or none): the records that parsed
+        (transformed, if asked) are written in one pass, each partition with its marker (an
+        upsert by key: see below), while those that did not are counted on the way. Nothing
+        is cached and no dead-letter columns are carried; only a batch that had such records
+        reads its Kafka offsets a second time, for its dead letters. None when this path
+        does not apply (a shuffle, a column the JVM writer cannot encode): nothing was
+        written then."""
+        from pyspark.sql import functions as F
+
         name, out = self.output(batch, batch_id)
         if shuffles(out):
             return None
-        frame = for_jvm(out)
-        done = self.jvm.write(frame, batch_id, out.columns)
+        if self.sink.mode == "upsert":
+            # Every row of a key in one partition (hashed by key); within it, the last record
+            # per key (by its position in the batch: Kafka order within a Kafka partition)
+            # wins. The order is taken before the shuffle, from the batch's fixed input
+            # partitions, so a replay orders the same way.
+            ordered = out.withColumn(ORDER, F.monotonically_increasing_id()).repartition(
+                self.partitions, *[F.col(f"`{k}`") for k in self.sink.key]
+            )
+            frame = for_jvm(ordered)
+            done = self.jvm.write(frame, batch_id, out.columns, upsert_order=ORDER)
+        else:
+            frame = for_jvm(out)
+            done = self.jvm.write(frame, batch_id, out.columns)
         if done is None:
             return None
         unparsed = observed_count(frame, name)
@@ -491,11 +510,12 @@ def start_query(spark, config: RunConfig, *, available_now: bool = False):
     for key, value in ARROW_SESSION_CONF.items():
         spark.conf.set(key, value)
     register_sources(spark)
-    raw = source_frame(spark, config)
+    pin = choose_reader(spark, config)
+    raw = source_frame(spark, config, pin)
     writer = (
         parsed_frame(raw, config.spec)
         .writeStream.queryName(config.pipeline)
-        .foreachBatch(BatchWriter(config))
+        .foreachBatch(BatchWriter(config, partitions=pin.min_partitions))
         .option("checkpointLocation", config.checkpoint)
     )
     if available_now:

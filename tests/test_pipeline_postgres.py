@@ -165,15 +165,60 @@ def test_stop_and_start_again_resumes_without_loss_or_duplicates(
 
 
 def test_upsert_keeps_one_row_per_key_with_the_latest_value(
-    spark, kafka_bootstrap, sink_dsn, tmp_path
+    spark, kafka_bootstrap, sink_dsn, tmp_path, writer, caplog
 ):
+    caplog.set_level("INFO", logger="jobs.pipeline")
     topic = new_topic(kafka_bootstrap, partitions=1)
-    updates = [{"id": f"k{i % 10}", "amount": float(i), "ts": None} for i in range(100)]
-    produce(kafka_bootstrap, topic, updates, partitions=1)
+    updates = [{"id": f"k{i % 10}", "amount": float(i), "ts": None} for i in range(1000)]
+    produce(kafka_bootstrap, topic, updates + MALFORMED, partitions=1)
     config = run_config(tmp_path, topic, sink_dsn, mode="upsert", key=["id"])
     drain(spark, config)
     rows = dict(fetch(sink_dsn, f'SELECT id, amount FROM "{config.spec.sink.table}"'))
-    assert rows == {f"k{k}": float(90 + k) for k in range(10)}
+    assert rows == {f"k{k}": float(990 + k) for k in range(10)}
+    lines = batch_lines(caplog)
+    if writer == "jvm":
+        # By key into partitions, each merged with its own marker: no stage, no driver pass.
+        assert all("direct, one pass, JVM" in line for line in lines), lines
+        parts = {part for _, part in markers(sink_dsn, config.pipeline)}
+        assert -1 in parts and len(parts - {-1}) >= 2
+    else:
+        assert all("staged" in line for line in lines), lines
+    (dead,) = fetch(
+        sink_dsn, "SELECT count(*) FROM _cp_dead_letters WHERE pipeline = %s", config.pipeline
+    )[0]
+    assert dead == len(MALFORMED)
+
+
+def test_an_upsert_that_died_after_some_partitions_committed_is_completed_once(
+    spark, kafka_bootstrap, sink_dsn, tmp_path, monkeypatch
+):
+    """The JVM writer merged some key partitions of batch 1, then the driver died before
+    the batch marker: the replay puts every key in the partition it went to the first time,
+    so the merged ones are skipped and the others merged, with the latest value per key."""
+    topic = new_topic(kafka_bootstrap)
+    # Record i goes to Kafka partition i % 3, so each key (i % 48) lives in one partition, as
+    # Kafka producers place keys: its order there is the order its records were sent.
+    updates = [{"id": f"k{i % 48}", "amount": float(i), "ts": None} for i in range(1200)]
+    produce(kafka_bootstrap, topic, updates, partitions=3)
+    config = run_config(tmp_path, topic, sink_dsn, mode="upsert", key=["id"])
+    finish = PostgresSink.finish_batch
+
+    def dies_at_batch_1(self, batch_id, rows, dead_letters=None):
+        if batch_id == 1:
+            raise RuntimeError("the driver died here")
+        return finish(self, batch_id, rows, dead_letters)
+
+    monkeypatch.setattr(PostgresSink, "finish_batch", dies_at_batch_1)
+    query = start_query(spark, config, available_now=True)
+    with pytest.raises(Exception, match="the driver died here"):
+        query.awaitTermination(180)
+    written = markers(sink_dsn, config.pipeline)
+    assert (1, -1) not in written and [m for m in written if m[0] == 1], written
+    monkeypatch.setattr(PostgresSink, "finish_batch", finish)
+    drain(spark, config)
+    rows = dict(fetch(sink_dsn, f'SELECT id, amount FROM "{config.spec.sink.table}"'))
+    assert rows == {f"k{k}": float(max(i for i in range(1200) if i % 48 == k)) for k in range(48)}
+    assert (1, -1) in markers(sink_dsn, config.pipeline)
 
 
 @pytest.mark.parametrize("transform", [None, NARROW], ids=["no transform", "narrow transform"])

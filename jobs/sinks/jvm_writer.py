@@ -15,6 +15,7 @@ otherwise the caller writes from Python. The Spark conf `spark.controlplane.sink
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -182,21 +183,27 @@ class JvmWriter:
         bad_column: str | None = None,
         parse_error: str = "",
         empty_value_error: str = "",
+        upsert_order: str | None = None,
     ) -> tuple[int, int] | None:
         """COPY `columns` of every partition of `frame` into the target, each partition with
-        its marker, rows where `bad_column` is true into the dead letters instead. None when a
-        column has no encoding for its target column (the caller then writes from Python)."""
+        its marker, rows where `bad_column` is true into the dead letters instead. With
+        `upsert_order` (a bigint column of the frame), each partition is COPYed into a
+        temporary table and merged into the target by the sink's key, the row with the
+        highest `upsert_order` winning per key: the frame must hold every row of a key in one
+        partition. None when a column has no encoding for its target column (the caller then
+        writes from Python)."""
         fields = {f.name: f.dataType for f in frame.schema.fields}
         names = frame.columns
         types = tuple(fields[c].simpleString() for c in columns)
-        key = (tuple(columns), types)
+        key = (tuple(columns), types, upsert_order)
         if key not in self._targets:
             # The target's column types and the statements, once per frame shape (a batch's
             # driver work stays small); forgotten if a write fails (a changed table).
-            self._targets[key] = self._target(columns, types)
+            self._targets[key] = self._target(columns, types, upsert_order)
         target = self._targets[key]
         if target is None:
             return None
+        written = (*columns, *([upsert_order] if upsert_order else []))
         config = {
             **target,
             "url": self.url,
@@ -204,9 +211,9 @@ class JvmWriter:
             "pipeline": self.sink.pipeline,
             "stream_id": self.sink.stream_id,
             "batch_id": batch_id,
-            "ordinals": [names.index(c) for c in columns],
-            "decimal_precisions": [getattr(fields[c], "precision", 0) for c in columns],
-            "decimal_scales": [getattr(fields[c], "scale", 0) for c in columns],
+            "ordinals": [names.index(c) for c in written],
+            "decimal_precisions": [getattr(fields[c], "precision", 0) for c in written],
+            "decimal_scales": [getattr(fields[c], "scale", 0) for c in written],
             "bad_ordinal": names.index(bad_column) if bad_column else -1,
             "dead_ordinals": [names.index(c) for c in dead_letter_columns or ()],
             "parse_error": parse_error,
@@ -221,9 +228,12 @@ class JvmWriter:
             raise
         return int(rows), int(dead)
 
-    def _target(self, columns: Sequence[str], types: Sequence[str]) -> dict | None:
+    def _target(
+        self, columns: Sequence[str], types: Sequence[str], upsert_order: str | None = None
+    ) -> dict | None:
         """Encodings and statements for writing `columns` (of these Spark types) into the
-        target, or None if a column has no encoding for its target column."""
+        target (merged by key through a temporary table, with `upsert_order`), or None if a
+        column has no encoding for its target column."""
         with self.sink.connect() as conn:
             target = _table_ident(self.sink.table)
             cur = conn.execute(
@@ -237,14 +247,34 @@ class JvmWriter:
                 bad = [c for c, e in zip(columns, encodings, strict=True) if e is None]
                 log.info("JVM writer: no binary encoding for columns %s; writing from Python", bad)
                 return None
-            return {
-                "encodings": encodings,
+            statements = {
                 "claim_sql": _jdbc(PostgresSink.CLAIM, conn),
                 "rows_sql": _jdbc(PostgresSink.PART_ROWS, conn),
                 "dead_letter_sql": _jdbc(PostgresSink.DEAD_LETTER, conn),
-                "copy_sql": sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT binary)")
-                .format(target, sql.SQL(", ").join(map(sql.Identifier, columns)))
-                .as_string(conn),
+            }
+            names = sql.SQL(", ").join(map(sql.Identifier, columns))
+            if upsert_order is None:
+                copy = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT binary)").format(target, names)
+                return {**statements, "encodings": encodings, "copy_sql": copy.as_string(conn)}
+            # One temporary table per pooled connection and frame shape, emptied at every
+            # commit (not one created and dropped per task: no catalog churn per batch).
+            shape = f"{self.sink.table}/{','.join(columns)}/{','.join(types)}"
+            temp = sql.Identifier(f"_cp_upsert_{hashlib.sha1(shape.encode()).hexdigest()[:12]}")  # noqa: S324 - a name
+            order = sql.Identifier(upsert_order)
+            create = sql.SQL(
+                "CREATE TEMP TABLE IF NOT EXISTS {temp} ON COMMIT DELETE ROWS AS"
+                " SELECT {names}, 0::bigint AS {order} FROM {target} WITH NO DATA"
+            ).format(temp=temp, names=names, order=order, target=target)
+            copy = sql.SQL("COPY {} ({}, {}) FROM STDIN WITH (FORMAT binary)").format(
+                temp, names, order
+            )
+            merge = self.sink.upsert_sql(temp, list(columns), [upsert_order])
+            return {
+                **statements,
+                "encodings": [*encodings, INT8],
+                "copy_sql": copy.as_string(conn),
+                "before_copy_sql": [create.as_string(conn)],
+                "after_copy_sql": [merge.as_string(conn)],
             }
 
 

@@ -401,6 +401,14 @@ class PostgresSink:
                 sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(target, cols, cols, stage)
             )
             return
+        conn.execute(self.upsert_sql(stage, columns, [PART, ORDINAL]))
+
+    def upsert_sql(
+        self, source: sql.Composable, columns: list[str], order: list[str]
+    ) -> sql.Composable:
+        """INSERT `columns` of `source` into the target, the last row per key (by `order`,
+        descending) winning, each key's row replacing the one stored."""
+        cols = sql.SQL(", ").join(map(sql.Identifier, columns))
         keys = sql.SQL(", ").join(map(sql.Identifier, self.key))
         updates = [
             sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c))
@@ -410,19 +418,16 @@ class PostgresSink:
         action = (
             sql.SQL("UPDATE SET ") + sql.SQL(", ").join(updates) if updates else sql.SQL("NOTHING")
         )
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO {target} ({cols}) SELECT DISTINCT ON ({keys}) {cols} FROM {stage}"
-                " ORDER BY {keys}, {part} DESC, {ordinal} DESC ON CONFLICT ({keys}) DO {action}"
-            ).format(
-                target=target,
-                cols=cols,
-                keys=keys,
-                stage=stage,
-                part=sql.Identifier(PART),
-                ordinal=sql.Identifier(ORDINAL),
-                action=action,
-            )
+        return sql.SQL(
+            "INSERT INTO {target} ({cols}) SELECT DISTINCT ON ({keys}) {cols} FROM {source}"
+            " ORDER BY {keys}, {order} ON CONFLICT ({keys}) DO {action}"
+        ).format(
+            target=_table_ident(self.table),
+            cols=cols,
+            keys=keys,
+            source=source,
+            order=sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(c)) for c in order),
+            action=action,
         )
 
     def _dead_letters(self, conn: psycopg.Connection, batch_id: int, rows) -> None:

@@ -63,6 +63,10 @@ public final class PgCopyWriter
   private final String copySql;
   private final String rowsSql;
   private final String deadLetterSql;
+  // Statements run in the task's transaction after its claim, before and after the COPY (an
+  // upsert COPYs into a temporary table, then merges it into the target); none for an append.
+  private final List<String> beforeCopySql;
+  private final List<String> afterCopySql;
   private final int[] ordinals; // of the target's columns, in the COPY's column order
   private final int[] encodings;
   private final int[] decimalPrecisions; // per column: Spark's decimal(p, s) (NUMERIC only)
@@ -87,6 +91,8 @@ public final class PgCopyWriter
     copySql = (String) c.get("copy_sql");
     rowsSql = (String) c.get("rows_sql");
     deadLetterSql = (String) c.get("dead_letter_sql");
+    beforeCopySql = strings(c.get("before_copy_sql"));
+    afterCopySql = strings(c.get("after_copy_sql"));
     ordinals = ints(c.get("ordinals"));
     encodings = ints(c.get("encodings"));
     decimalPrecisions = ints(c.get("decimal_precisions"));
@@ -97,6 +103,19 @@ public final class PgCopyWriter
     emptyValueError = (String) c.get("empty_value_error");
     Object retry = c.get("connect_retry_seconds");
     connectRetryMillis = retry == null ? 0 : (long) (((Number) retry).doubleValue() * 1000);
+  }
+
+  @SuppressWarnings("unchecked")
+  private static List<String> strings(Object list) {
+    return list == null ? Collections.emptyList() : (List<String>) list;
+  }
+
+  private static void execute(Connection conn, List<String> statements) throws SQLException {
+    for (String statement : statements) {
+      try (java.sql.Statement st = conn.createStatement()) {
+        st.execute(statement);
+      }
+    }
   }
 
   private static int[] ints(Object list) {
@@ -264,6 +283,7 @@ public final class PgCopyWriter
       }
       return new long[] {written, letters};
     }
+    execute(conn, beforeCopySql);
     CopyIn copy = ((PGConnection) conn.unwrap(PGConnection.class)).getCopyAPI().copyIn(copySql);
     try {
       Buffer buf = new Buffer(FLUSH_BYTES + (FLUSH_BYTES >> 2));
@@ -289,6 +309,7 @@ public final class PgCopyWriter
         copy.cancelCopy();
       }
     }
+    execute(conn, afterCopySql);
     if (!dead.isEmpty()) {
       try (PreparedStatement st = conn.prepareStatement(deadLetterSql)) {
         for (Object[] letter : dead) {
