@@ -386,7 +386,7 @@ def noop_pipeline(spark, config: RunConfig) -> dict:
     writer = BatchWriter(config)
 
     def to_noop(batch, batch_id: int) -> None:
-        _, frame = writer.output(batch.select(*writer.one_pass_columns()), batch_id)
+        _, frame = writer.output(batch, batch_id)
         for_jvm(frame).write.format("noop").mode("overwrite").save()
 
     register_sources(spark)

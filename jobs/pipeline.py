@@ -198,6 +198,8 @@ class BatchWriter:
         self.jvm = None  # a JvmWriter, when the executors' JVM can write (set with the tables)
         self._one_pass = None  # the one-pass frame's columns, built once
         self.unparsed_before = False  # whether the last batch had records that did not parse
+        self._observed = None  # the observed pass's columns, built once
+        self._plan = None  # what the observed pass's plan is, learnt from the first batch
         self.parse_error = f"value does not parse as JSON with schema: {spec.source.schema}"
         from .spec.ddl import parse_schema
 
@@ -219,24 +221,17 @@ class BatchWriter:
             ]
         return self._one_pass
 
-    def __call__(self, batch, batch_id: int) -> None:
-        from pyspark.sql import functions as F
-
+    def __call__(self, parsed, batch_id: int) -> None:
         if not self.sink.stream_id:
             self.sink.stream_id = stream_id(self.config.checkpoint)
-        batch = batch.select(*self.one_pass_columns())
-        good = batch.where(~F.col(BAD)).select(*[F.col(f"`{c}`") for c in self.columns])
         transform = self.config.spec.transform
         if not self.tables_ready:
-            out = good
-            if transform:
-                good.createOrReplaceTempView("source")
-                out = batch.sparkSession.sql(transform.sql)
+            _, out = self.output(parsed, batch_id)
             self.sink.ensure_tables(
-                [Column(f.name, f.dataType.simpleString()) for f in out.schema.fields]
+                [Column(f.name, f.dataType.simpleString()) for f in out.schema if f.name != BAD]
             )
             self.sink.drop_stages()  # left by batches that died before committing
-            self.jvm = JvmWriter.create(batch.sparkSession, self.sink)
+            self.jvm = JvmWriter.create(parsed.sparkSession, self.sink)
             self.tables_ready = True
         if self.sink.committed(batch_id):
             log.info("batch %s was committed before (a replay): skipped", batch_id)
@@ -247,28 +242,42 @@ class BatchWriter:
         # else a cached batch), rather than read each such batch twice.
         append, done = self.sink.mode == "append", None
         if self.jvm is not None and not self.unparsed_before:
-            done = self._observed_pass(batch, batch_id)
+            done = self._observed_pass(parsed, batch_id)
+        batch = None if done else parsed.select(*self.one_pass_columns())
         if done is None and append and transform is None:
             done = self._single_pass(batch, batch_id)
         rows, dead, how = done or self._cached(batch, batch_id)
         self.unparsed_before = dead > 0
         log.info("batch %s: %s rows (%s), %s dead letters", batch_id, rows, how, dead)
 
-    def output(self, batch, batch_id: int):
-        """(name, frame): what the observed pass writes, from the one-pass frame: the records
-        that parsed, through the transform if there is one, with the count of those that did
-        not observed as `name` while it is computed (Dataset.observe)."""
+    def output(self, parsed, batch_id: int):
+        """(name, frame): what the observed pass writes, from the parsed batch. Without a
+        transform: the parsed columns and the flag BAD, name None (the JVM writer leaves out
+        and counts the rows flagged). With one: the transform over the records that parsed,
+        the count of those that did not observed as `name` while it is computed
+        (Dataset.observe).
+
+        Each DataFrame step is analysed at once, at a few milliseconds a step, and a batch of
+        200 rows takes ~150 ms in all: so as few steps as can be, their columns built once."""
         from pyspark.sql import functions as F
 
+        if self._observed is None:
+            record = F.col(PARSED)
+            bad = record.isNull() | record[CORRUPT].isNotNull()
+            self._observed = (
+                [bad.alias(BAD), *[record[c].alias(c) for c in self.columns]],
+                F.count(F.when(F.col(BAD), 1)).alias("n"),
+                ~F.col(BAD),
+                [F.col(f"`{c}`") for c in self.columns],
+            )
+        columns, count, good, named = self._observed
+        if not self.config.spec.transform:
+            return None, parsed.select(*columns)
         name = f"cp_unparsed_{batch_id}"
-        observed = batch.select(BAD, *[F.col(f"`{c}`") for c in self.columns]).observe(
-            name, F.count(F.when(F.col(BAD), 1)).alias("n")
-        )
-        out = observed.where(~F.col(BAD)).drop(BAD)
-        if self.config.spec.transform:
-            out.createOrReplaceTempView("source")
-            out = batch.sparkSession.sql(self.config.spec.transform.sql)
-        return name, out
+        parsed.select(*columns).observe(name, count).where(good).select(
+            *named
+        ).createOrReplaceTempView("source")
+        return name, parsed.sparkSession.sql(self.config.spec.transform.sql)
 
     def _single_pass(self, batch, batch_id: int) -> tuple[int, int, str]:
         """No transform, append: each task writes its partition's rows and dead letters with
@@ -314,7 +323,7 @@ class BatchWriter:
             .alias("error"),
         )
 
-    def _observed_pass(self, batch, batch_id: int) -> tuple[int, int, str] | None:
+    def _observed_pass(self, parsed, batch_id: int) -> tuple[int, int, str] | None:
         """The JVM writer, a transform without a shuffle (or none): the records that parsed
         (transformed, if asked) are written in one pass, each partition with its marker (an
         upsert by key: see below), while those that did not are counted on the way. Nothing
@@ -324,28 +333,42 @@ class BatchWriter:
         written then."""
         from pyspark.sql import functions as F
 
-        name, out = self.output(batch, batch_id)
-        if shuffles(out):
+        name, out = self.output(parsed, batch_id)
+        if self._plan is None:
+            # The same query every batch: whether it shuffles and its columns are learnt
+            # once (each costs a round trip to the JVM and an analysis).
+            self._plan = {
+                "shuffles": shuffles(out),
+                "columns": [c for c in out.columns if c != BAD],
+                "nested": _nested(out),
+            }
+        if self._plan["shuffles"]:
             return None
         if self.sink.mode == "upsert":
             # Every row of a key in one partition (hashed by key); within it, the last record
             # per key (by its position in the batch: Kafka order within a Kafka partition)
             # wins. The order is taken before the shuffle, from the batch's fixed input
             # partitions, so a replay orders the same way.
-            ordered = out.withColumn(ORDER, F.monotonically_increasing_id()).repartition(
+            out = out.withColumn(ORDER, F.monotonically_increasing_id()).repartition(
                 self.partitions, *[F.col(f"`{k}`") for k in self.sink.key]
             )
-            frame = for_jvm(ordered)
-            done = self.jvm.write(frame, batch_id, out.columns, upsert_order=ORDER)
-        else:
-            frame = for_jvm(out)
-            done = self.jvm.write(frame, batch_id, out.columns)
+        frame = for_jvm(out) if self._plan["nested"] else out
+        if "schema" not in self._plan:
+            self._plan["schema"] = frame.schema
+        done = self.jvm.write(
+            frame,
+            batch_id,
+            self._plan["columns"],
+            bad_column=None if name else BAD,
+            upsert_order=ORDER if self.sink.mode == "upsert" else None,
+            schema=self._plan["schema"],
+        )
         if done is None:
             return None
-        unparsed = observed_count(frame, name)
+        unparsed = observed_count(frame, name) if name else done[1]
         dead_rows = None
         if unparsed != 0:  # None (not reported) reads them too, to be safe
-            dead_rows = self._dead_letters(batch).toArrow()
+            dead_rows = self._dead_letters(parsed.select(*self.one_pass_columns())).toArrow()
         self.sink.finish_batch(batch_id, done[0], dead_letters=dead_rows)
         if dead_rows is None:
             return done[0], 0, "direct, one pass, JVM"
@@ -495,6 +518,12 @@ def for_copy(frame, only=None, *, binary_as_hex: bool = True):
     return frame.select(*columns)
 
 
+def _nested(frame) -> bool:
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    return any(isinstance(f.dataType, ArrayType | MapType | StructType) for f in frame.schema)
+
+
 def for_jvm(frame, only=None):
     """The frame as the JVM writer wants it: nested values as JSON text, the rest as is."""
     return for_copy(frame, only, binary_as_hex=False)
@@ -511,6 +540,10 @@ def start_query(spark, config: RunConfig, *, available_now: bool = False):
         spark.conf.set(key, value)
     register_sources(spark)
     pin = choose_reader(spark, config)
+    # Shuffles (a transform's GROUP BY) into as many partitions as the batch's input, not
+    # Spark's 200: a small batch then runs a few tasks, not 200. Spark keeps the value a
+    # checkpoint was started with in its offset log, so this changes only new checkpoints.
+    spark.conf.set("spark.sql.shuffle.partitions", str(pin.min_partitions))
     raw = source_frame(spark, config, pin)
     writer = (
         parsed_frame(raw, config.spec)

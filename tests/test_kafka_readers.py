@@ -48,7 +48,9 @@ def test_a_replayed_batch_is_cut_as_it_was_then_the_new_cut_applies():
     kept = readers.decide(None, 8, pinned, connector=True, replay_pending=True)
     assert kept == pinned
     assert readers.decide(None, 8, pinned, connector=True, replay_pending=False) == Pin(SPARK, 8)
-    assert readers.decide(None, 8, Pin(PY), connector=True, replay_pending=True) == Pin(PY)
+    assert readers.decide(None, 8, Pin(PY), connector=True, replay_pending=True) == Pin(PY, 8)
+    assert readers.decide(None, 8, Pin(PY, 3), connector=True, replay_pending=True) == Pin(PY, 3)
+    assert readers.decide(None, 8, Pin(PY, 3), connector=True, replay_pending=False) == Pin(PY, 8)
 
 
 def test_pins_are_kept_beside_the_checkpoint(tmp_path):

@@ -109,16 +109,16 @@ def decide(
     connector: bool,
     replay_pending: bool,
 ) -> Pin:
-    """What a run reads with (choose), and for Spark's connector how many input partitions
-    a batch is cut into at least: `min_partitions` (the spec's, or the application's cores),
-    except while the checkpoint's last batch waits to be replayed, which is cut as it was
-    the first time (the sink's per-partition commit markers count on it)."""
+    """What a run reads with (choose), and how many partitions a batch is cut into:
+    `min_partitions` (the spec's, or the application's cores), except while the checkpoint's
+    last batch waits to be replayed, which is cut as it was the first time (the sink's
+    per-partition commit markers count on it). Spark's connector cuts its input into at
+    least that many; the Python reader's offset log records each batch's cut itself ($plan);
+    with either, an upsert is hashed by key into that many partitions."""
     reader = choose(requested, pinned, connector)
-    if reader == PYTHON:
-        return Pin(PYTHON)  # its offset log records each batch's cut ($plan)
-    if pinned is not None and pinned.min_partitions and replay_pending:
+    if pinned is not None and pinned.reader == reader and pinned.min_partitions and replay_pending:
         return pinned
-    return Pin(SPARK_KAFKA, min_partitions)
+    return Pin(reader, min_partitions)
 
 
 def starting_offsets_json(

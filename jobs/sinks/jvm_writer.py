@@ -184,6 +184,7 @@ class JvmWriter:
         parse_error: str = "",
         empty_value_error: str = "",
         upsert_order: str | None = None,
+        schema=None,
     ) -> tuple[int, int] | None:
         """COPY `columns` of every partition of `frame` into the target, each partition with
         its marker, rows where `bad_column` is true into the dead letters instead. With
@@ -191,9 +192,11 @@ class JvmWriter:
         temporary table and merged into the target by the sink's key, the row with the
         highest `upsert_order` winning per key: the frame must hold every row of a key in one
         partition. None when a column has no encoding for its target column (the caller then
-        writes from Python)."""
-        fields = {f.name: f.dataType for f in frame.schema.fields}
-        names = frame.columns
+        writes from Python). `schema`: the frame's, when the caller knows it (asking the frame
+        costs a round trip to the JVM)."""
+        schema = schema or frame.schema
+        fields = {f.name: f.dataType for f in schema.fields}
+        names = [f.name for f in schema.fields]
         types = tuple(fields[c].simpleString() for c in columns)
         key = (tuple(columns), types, upsert_order)
         if key not in self._targets:

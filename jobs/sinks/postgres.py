@@ -28,6 +28,7 @@ Spark-free and Django-free: it receives Arrow tables, so it runs on the driver o
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
@@ -146,6 +147,27 @@ class PostgresSink:
         self.table = table
         self.mode = mode
         self.key = list(key)
+        self._kept: psycopg.Connection | None = None  # the driver's, between batches
+
+    def __getstate__(self) -> dict:
+        # Executors get the sink without the driver's connection (they open their own).
+        return {**self.__dict__, "_kept": None}
+
+    @contextlib.contextmanager
+    def _driver_connection(self):
+        """The driver's connection for its per-batch statements, kept open between batches
+        (opening one costs more than a small batch's statements), in autocommit: nothing is
+        left idle in a transaction. Closed and forgotten when a statement on it fails."""
+        conn = self._kept
+        if conn is None or conn.closed:
+            conn = self._kept = self.connect()
+            conn.autocommit = True
+        try:
+            yield conn
+        except BaseException:
+            self._kept = None
+            conn.close()
+            raise
 
     # How long the sink keeps trying to reach its database before a batch fails: an outage
     # shorter than this costs a pause, not a failure (every write here is idempotent).
@@ -249,7 +271,7 @@ class PostgresSink:
     @_retried
     def committed(self, batch_id: int) -> bool:
         """Whether the whole batch's marker exists: a replayed batch can skip all its work."""
-        with self.connect() as conn:
+        with self._driver_connection() as conn:
             return bool(self._parts(conn, batch_id, whole=True))
 
     def _parts(self, conn: psycopg.Connection, batch_id: int, *, whole: bool) -> list[int]:
@@ -295,7 +317,7 @@ class PostgresSink:
     @_retried
     def finish_batch(self, batch_id: int, rows: int, dead_letters=None) -> bool:
         """After every partition was written directly: the batch's marker and dead letters."""
-        with self.connect() as conn, conn.transaction():
+        with self._driver_connection() as conn, conn.transaction():
             done = self._claim(conn, batch_id, rows)
             if done and dead_letters is not None and dead_letters.num_rows:
                 self._dead_letters(conn, batch_id, dead_letters)

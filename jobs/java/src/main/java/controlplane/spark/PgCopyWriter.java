@@ -71,8 +71,9 @@ public final class PgCopyWriter
   private final int[] encodings;
   private final int[] decimalPrecisions; // per column: Spark's decimal(p, s) (NUMERIC only)
   private final int[] decimalScales;
-  private final int badOrdinal; // -1: the frame holds no dead letters
-  private final int[] deadOrdinals; // topic, partition, offset, timestamp, value
+  private final int badOrdinal; // -1: no row is to be left out
+  // topic, partition, offset, timestamp, value; none: rows flagged bad are counted, not kept
+  private final int[] deadOrdinals;
   private final String parseError;
   private final String emptyValueError;
   // How long a task keeps trying to reach the database before it fails (an outage shorter
@@ -269,6 +270,7 @@ public final class PgCopyWriter
   private long[] writePartition(Connection conn, int part, Iterator<InternalRow> rows)
       throws Exception {
     long written = 0;
+    long skipped = 0;
     List<Object[]> dead = new ArrayList<>();
     if (!claim(conn, part)) {
       // A retry or a replay: Spark still computes the rows; count them, write none.
@@ -291,7 +293,11 @@ public final class PgCopyWriter
       while (rows.hasNext()) {
         InternalRow row = rows.next();
         if (badOrdinal >= 0 && row.getBoolean(badOrdinal)) {
-          dead.add(deadLetter(row));
+          if (deadOrdinals.length == 0) {
+            skipped++; // counted only: the caller fetches these dead letters itself
+          } else {
+            dead.add(deadLetter(row));
+          }
           continue;
         }
         encode(row, buf);
@@ -338,7 +344,7 @@ public final class PgCopyWriter
       st.setInt(5, part);
       st.executeUpdate();
     }
-    return new long[] {written, dead.size()};
+    return new long[] {written, dead.size() + skipped};
   }
 
   private Object[] deadLetter(InternalRow row) {
