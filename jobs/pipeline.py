@@ -18,7 +18,7 @@ from typing import Any
 from .files import write_private
 from .kafka import readers
 from .sinks.jvm_writer import JvmWriter
-from .sinks.postgres import Column, PostgresSink
+from .sinks.postgres import ORDINAL, PART, Column, PostgresSink
 from .spec import PipelineSpec, parse_spec
 from .spec.model import starting_timestamp_ms
 
@@ -328,9 +328,9 @@ class BatchWriter:
         (transformed, if asked) are written in one pass, each partition with its marker (an
         upsert by key: see below), while those that did not are counted on the way. Nothing
         is cached and no dead-letter columns are carried; only a batch that had such records
-        reads its Kafka offsets a second time, for its dead letters. None when this path
-        does not apply (a shuffle, a column the JVM writer cannot encode): nothing was
-        written then."""
+        reads its Kafka offsets a second time, for its dead letters. A transform with a
+        shuffle goes through the batch's stage (_staged_by_jvm). None when a column has no
+        encoding for the JVM writer: nothing was written then."""
         from pyspark.sql import functions as F
 
         name, out = self.output(parsed, batch_id)
@@ -343,7 +343,7 @@ class BatchWriter:
                 "nested": _nested(out),
             }
         if self._plan["shuffles"]:
-            return None
+            return self._staged_by_jvm(parsed, batch_id, name, out)
         if self.sink.mode == "upsert":
             # Every row of a key in one partition (hashed by key); within it, the last record
             # per key (by its position in the batch: Kafka order within a Kafka partition)
@@ -373,6 +373,38 @@ class BatchWriter:
         if dead_rows is None:
             return done[0], 0, "direct, one pass, JVM"
         return done[0], dead_rows.num_rows, "direct, one pass, JVM, unparsed records read again"
+
+    def _staged_by_jvm(self, parsed, batch_id: int, name, out) -> tuple[int, int, str] | None:
+        """A transform with a shuffle: its partitions are not fixed pieces of the batch, so
+        each task fills its slice of the batch's stage (its partition and each row's position
+        beside the rows) and the driver moves the stage into the target with the batch's
+        marker, in one transaction. One pass, no cache; unparsed records as above."""
+        from pyspark.sql import functions as F
+
+        frame = out.select(
+            "*", F.spark_partition_id().alias(PART), F.monotonically_increasing_id().alias(ORDINAL)
+        )
+        if self._plan["nested"]:
+            frame = for_jvm(frame)
+        if "stage_schema" not in self._plan:
+            self._plan["stage_schema"] = frame.schema
+        self.sink.prepare_stage(batch_id)
+        done = self.jvm.write(
+            frame,
+            batch_id,
+            self._plan["columns"],
+            stage=self.sink.stage_name(batch_id),
+            schema=self._plan["stage_schema"],
+        )
+        if done is None:
+            return None
+        dead_rows = None
+        if observed_count(frame, name) != 0:  # None (not reported) reads them too
+            dead_rows = self._dead_letters(parsed.select(*self.one_pass_columns())).toArrow()
+        self.sink.commit_stage(batch_id, dead_letters=dead_rows)
+        if dead_rows is None:
+            return done[0], 0, "staged, one pass, JVM"
+        return done[0], dead_rows.num_rows, "staged, one pass, JVM, unparsed records read again"
 
     def _cached(self, batch, batch_id: int) -> tuple[int, int, str]:
         """A transform or upsert: the batch is cached, so the transform's output and the dead

@@ -26,7 +26,7 @@ from jobs.sinks.jvm_writer import (
     column_encoding,
     jdbc_target,
 )
-from jobs.sinks.postgres import Column, PostgresSink
+from jobs.sinks.postgres import ORDINAL, PART, Column, PostgresSink
 
 # -- pure --------------------------------------------------------------------------------------
 
@@ -198,6 +198,33 @@ def test_every_column_type_arrives_as_the_python_writer_stores_it(spark, sink_ds
         )
         assert bytes(row[3]) == source.b and row[2] == source.j
     assert from_jvm[-1] == tuple([None] * len(TYPES))
+
+
+@pytest.mark.spark
+def test_a_stage_slice_is_replaced_by_each_attempt_and_committed_whole(spark, sink_dsn):
+    """A shuffled batch: every task fills its slice of the batch's stage (no marker); a task
+    run again replaces its slice instead of adding to it; the driver commits the stage."""
+    from pyspark.sql import functions as F
+
+    frame = spark.createDataFrame(rows_for_every_type(), SCHEMA).repartition(3)
+    frame = frame.select(
+        "*", F.spark_partition_id().alias(PART), F.monotonically_increasing_id().alias(ORDINAL)
+    )
+    names = [name for name, _ in TYPES]
+    sink = new_sink(sink_dsn, f"t_{uuid.uuid4().hex[:8]}")
+    writer = JvmWriter.create(spark, sink)
+    sink.prepare_stage(7)
+    stage = sink.stage_name(7)
+    assert writer.write(for_jvm(frame), 7, names, stage=stage) == (301, 0)
+    assert writer.write(for_jvm(frame), 7, names, stage=stage) == (301, 0)  # a retry
+    with psycopg.connect(sink_dsn) as conn:
+        (staged,) = conn.execute(f'SELECT count(*) FROM "{stage}"').fetchone()
+        markers = conn.execute(
+            "SELECT count(*) FROM _cp_commits WHERE pipeline = %s", (sink.pipeline,)
+        ).fetchone()[0]
+    assert (staged, markers) == (301, 0)
+    assert sink.commit_stage(7)
+    assert len(stored(sink_dsn, sink.table)) == 301
 
 
 @pytest.mark.spark

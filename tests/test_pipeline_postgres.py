@@ -113,7 +113,8 @@ def events(start, stop):
 # The three ways a batch is written: without a transform in one pass over Kafka; with a
 # transform that keeps partitions stable, written by each partition (by the JVM writer in one
 # pass, the unparsed records counted on the way; by Python workers from a cached batch); with
-# a shuffle, staged then committed by the driver.
+# a shuffle, staged (by the JVM writer in one pass, or by Python workers from a cached batch)
+# then committed by the driver.
 NARROW = {"sql": "SELECT id, amount, ts FROM source WHERE amount >= 0"}
 PATHS = {
     "one pass": None,
@@ -132,8 +133,7 @@ def test_valid_records_land_once_and_malformed_ones_become_dead_letters(
     produce(kafka_bootstrap, topic, events(0, 1000) + MALFORMED)
     config = run_config(tmp_path, topic, sink_dsn, reader=reader, transform=transform)
     drain(spark, config)
-    staged = transform == PATHS["staged"]
-    assert written_by(caplog) == {"JVM" if writer == "jvm" and not staged else "Python"}
+    assert written_by(caplog) == {"JVM" if writer == "jvm" else "Python"}
     if writer == "jvm" and transform == NARROW:
         # The batch with the malformed records read them again for its dead letters.
         assert any("unparsed records read again" in line for line in batch_lines(caplog))
@@ -360,10 +360,11 @@ def test_a_batch_that_died_after_some_partitions_committed_is_completed_exactly_
 
 
 def test_a_transform_that_shuffles_is_staged_and_committed_in_one_transaction(
-    spark, kafka_bootstrap, sink_dsn, tmp_path
+    spark, kafka_bootstrap, sink_dsn, tmp_path, writer, caplog
 ):
     """After a GROUP BY, Spark partitions are not fixed pieces of the input, so per-partition
     markers would not be safe on a replay: the batch is staged and committed whole."""
+    caplog.set_level("INFO", logger="jobs.pipeline")
     topic = new_topic(kafka_bootstrap)
     produce(kafka_bootstrap, topic, events(0, 300))
     transform = {"sql": "SELECT substr(id, 1, 2) AS prefix, count(*) AS n FROM source GROUP BY 1"}
@@ -372,6 +373,24 @@ def test_a_transform_that_shuffles_is_staged_and_committed_in_one_transaction(
     (total,) = fetch(sink_dsn, f'SELECT sum(n) FROM "{config.spec.sink.table}"')[0]
     assert total == 300
     assert {part for _, part in markers(sink_dsn, config.pipeline)} == {-1}
+    how = "staged, one pass, JVM" if writer == "jvm" else "staged"
+    assert all(how in line for line in batch_lines(caplog)), batch_lines(caplog)
+
+
+def test_a_shuffling_transform_upserts_through_the_stage(
+    spark, kafka_bootstrap, sink_dsn, tmp_path
+):
+    """Counts per prefix, upserted: each batch's count replaces the one before."""
+    topic = new_topic(kafka_bootstrap, partitions=1)
+    produce(kafka_bootstrap, topic, events(0, 1000), partitions=1)  # 3 batches of 400 at most
+    transform = {"sql": "SELECT substr(id, 1, 2) AS prefix, count(*) AS n FROM source GROUP BY 1"}
+    config = run_config(
+        tmp_path, topic, sink_dsn, transform=transform, mode="upsert", key=["prefix"]
+    )
+    drain(spark, config)
+    rows = dict(fetch(sink_dsn, f'SELECT prefix, n FROM "{config.spec.sink.table}"'))
+    # The last batch holds offsets 800-999: ids e800..e999, all with the prefix "e8" or "e9".
+    assert rows["e8"] == 100 and rows["e9"] == 100
 
 
 @pytest.mark.parametrize("transform", [PATHS["one pass"], PATHS["narrow transform"]])

@@ -26,7 +26,7 @@ from urllib.parse import quote
 from psycopg import sql
 
 from . import pgbinary
-from .postgres import PostgresSink, _table_ident
+from .postgres import ORDINAL, PART, PostgresSink, _table_ident
 
 log = logging.getLogger("jobs.sinks.jvm_writer")
 
@@ -184,6 +184,7 @@ class JvmWriter:
         parse_error: str = "",
         empty_value_error: str = "",
         upsert_order: str | None = None,
+        stage: str | None = None,
         schema=None,
     ) -> tuple[int, int] | None:
         """COPY `columns` of every partition of `frame` into the target, each partition with
@@ -191,14 +192,16 @@ class JvmWriter:
         `upsert_order` (a bigint column of the frame), each partition is COPYed into a
         temporary table and merged into the target by the sink's key, the row with the
         highest `upsert_order` winning per key: the frame must hold every row of a key in one
-        partition. None when a column has no encoding for its target column (the caller then
-        writes from Python). `schema`: the frame's, when the caller knows it (asking the frame
-        costs a round trip to the JVM)."""
+        partition. With `stage` (the batch's stage table, made by PostgresSink.prepare_stage),
+        each task replaces its partition's slice of the stage instead, without a marker: the
+        frame then also holds the stage's PART and ORDINAL columns. None when a column has no
+        encoding for its target column (the caller then writes from Python). `schema`: the
+        frame's, when the caller knows it (asking the frame costs a round trip to the JVM)."""
         schema = schema or frame.schema
         fields = {f.name: f.dataType for f in schema.fields}
         names = [f.name for f in schema.fields]
         types = tuple(fields[c].simpleString() for c in columns)
-        key = (tuple(columns), types, upsert_order)
+        key = (tuple(columns), types, upsert_order, stage is not None)
         if key not in self._targets:
             # The target's column types and the statements, once per frame shape (a batch's
             # driver work stays small); forgotten if a write fails (a changed table).
@@ -207,6 +210,13 @@ class JvmWriter:
         if target is None:
             return None
         written = (*columns, *([upsert_order] if upsert_order else []))
+        if stage is not None:
+            target = {
+                **target,
+                **_stage_statements(stage, columns),
+                "encodings": [*target["encodings"], INT4, INT8],  # the stage is LIKE the target
+            }
+            written = (*columns, PART, ORDINAL)
         config = {
             **target,
             "url": self.url,
@@ -279,6 +289,28 @@ class JvmWriter:
                 "before_copy_sql": [create.as_string(conn)],
                 "after_copy_sql": [merge.as_string(conn)],
             }
+
+
+def _stage_statements(stage: str, columns: Sequence[str]) -> dict:
+    """Replacing a task's slice of a batch's stage, as PostgresSink.write_stage_part does:
+    two attempts of one task take turns on it, and each replaces what the other wrote. No
+    marker: the driver commits the whole stage with the batch's marker."""
+    ident = sql.Identifier(stage)
+    lock = sql.SQL("SELECT pg_advisory_xact_lock(hashtext({}), ?)").format(sql.Literal(stage))
+    delete = sql.SQL("DELETE FROM {} WHERE {} = ?").format(ident, sql.Identifier(PART))
+    copy = sql.SQL("COPY {} ({}, {}, {}) FROM STDIN WITH (FORMAT binary)").format(
+        ident,
+        sql.SQL(", ").join(map(sql.Identifier, columns)),
+        sql.Identifier(PART),
+        sql.Identifier(ORDINAL),
+    )
+    return {
+        "claim_sql": None,
+        "rows_sql": None,
+        "copy_sql": copy.as_string(),
+        "before_copy_sql": [lock.as_string(), delete.as_string()],
+        "after_copy_sql": [],
+    }
 
 
 def _class_loaded(spark) -> bool:

@@ -64,7 +64,8 @@ public final class PgCopyWriter
   private final String rowsSql;
   private final String deadLetterSql;
   // Statements run in the task's transaction after its claim, before and after the COPY (an
-  // upsert COPYs into a temporary table, then merges it into the target); none for an append.
+  // upsert COPYs into a temporary table, then merges it into the target; a stage's slice is
+  // locked and emptied first); none for an append. A `?` in one is the task's partition.
   private final List<String> beforeCopySql;
   private final List<String> afterCopySql;
   private final int[] ordinals; // of the target's columns, in the COPY's column order
@@ -111,10 +112,33 @@ public final class PgCopyWriter
     return list == null ? Collections.emptyList() : (List<String>) list;
   }
 
-  private static void execute(Connection conn, List<String> statements) throws SQLException {
+  /** The `?` placeholders of a statement, those in quoted names and literals left out. */
+  static int placeholders(String statement) {
+    int count = 0;
+    char quote = 0;
+    for (char c : statement.toCharArray()) {
+      if (quote != 0) {
+        if (c == quote) {
+          quote = 0; // a doubled quote closes and reopens: the same count
+        }
+      } else if (c == '"' || c == '\'') {
+        quote = c;
+      } else if (c == '?') {
+        count++;
+      }
+    }
+    return count;
+  }
+
+  /** Run each statement; every `?` in one is the task's partition number. */
+  private static void execute(Connection conn, List<String> statements, int part)
+      throws SQLException {
     for (String statement : statements) {
-      try (java.sql.Statement st = conn.createStatement()) {
-        st.execute(statement);
+      try (PreparedStatement st = conn.prepareStatement(statement)) {
+        for (int i = 1; i <= placeholders(statement); i++) {
+          st.setInt(i, part);
+        }
+        st.execute();
       }
     }
   }
@@ -272,7 +296,8 @@ public final class PgCopyWriter
     long written = 0;
     long skipped = 0;
     List<Object[]> dead = new ArrayList<>();
-    if (!claim(conn, part)) {
+    // No claim: a stage's slice, replaced by each attempt (its statements say how).
+    if (claimSql != null && !claim(conn, part)) {
       // A retry or a replay: Spark still computes the rows; count them, write none.
       long letters = 0;
       while (rows.hasNext()) {
@@ -285,7 +310,7 @@ public final class PgCopyWriter
       }
       return new long[] {written, letters};
     }
-    execute(conn, beforeCopySql);
+    execute(conn, beforeCopySql, part);
     CopyIn copy = ((PGConnection) conn.unwrap(PGConnection.class)).getCopyAPI().copyIn(copySql);
     try {
       Buffer buf = new Buffer(FLUSH_BYTES + (FLUSH_BYTES >> 2));
@@ -315,7 +340,7 @@ public final class PgCopyWriter
         copy.cancelCopy();
       }
     }
-    execute(conn, afterCopySql);
+    execute(conn, afterCopySql, part);
     if (!dead.isEmpty()) {
       try (PreparedStatement st = conn.prepareStatement(deadLetterSql)) {
         for (Object[] letter : dead) {
@@ -336,13 +361,15 @@ public final class PgCopyWriter
         st.executeBatch();
       }
     }
-    try (PreparedStatement st = conn.prepareStatement(rowsSql)) {
-      st.setLong(1, written);
-      st.setString(2, pipeline);
-      st.setString(3, streamId);
-      st.setLong(4, batchId);
-      st.setInt(5, part);
-      st.executeUpdate();
+    if (rowsSql != null) {
+      try (PreparedStatement st = conn.prepareStatement(rowsSql)) {
+        st.setLong(1, written);
+        st.setString(2, pipeline);
+        st.setString(3, streamId);
+        st.setLong(4, batchId);
+        st.setInt(5, part);
+        st.executeUpdate();
+      }
     }
     return new long[] {written, dead.size() + skipped};
   }
