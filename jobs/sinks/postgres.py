@@ -332,7 +332,7 @@ class PostgresSink:
     @_retried
     def prepare_stage(self, batch_id: int) -> None:
         """An unlogged table the executors fill in parallel, one slice per Spark partition."""
-        with self.connect() as conn:
+        with self._driver_connection() as conn:
             self._create_stage(conn, sql.Identifier(self.stage_name(batch_id)))
 
     @_retried
@@ -356,7 +356,7 @@ class PostgresSink:
     def commit_stage(self, batch_id: int, dead_letters=None) -> bool:
         """Move the staged batch into the target in one transaction with its marker."""
         stage = sql.Identifier(self.stage_name(batch_id))
-        with self.connect() as conn:
+        with self._driver_connection() as conn:
             with conn.transaction():
                 direct = self._parts(conn, batch_id, whole=False)
                 if direct:
