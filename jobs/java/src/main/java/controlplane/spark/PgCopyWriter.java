@@ -107,6 +107,86 @@ public final class PgCopyWriter
     connectRetryMillis = retry == null ? 0 : (long) (((Number) retry).doubleValue() * 1000);
   }
 
+  // Per Spark partition, the number its commit marker is kept under: one that names the Kafka
+  // offset range the partition reads, where it can be traced back to one without a shuffle.
+  // Spark's connector plans a replayed batch anew, and leaves out ranges that became empty
+  // (records deleted by retention meanwhile): the partitions after such a range then get
+  // other indexes than the first time, and a marker kept under the index would let a
+  // partition written the first time be written again. Null: Spark's partition index (a
+  // shuffle's partitions, hashed by key into a pinned count; the Python reader, whose offset
+  // log keeps each batch's cut).
+  private int[] markers;
+
+  static int[] stableMarkers(org.apache.spark.rdd.RDD<?> rdd) {
+    int n = rdd.getNumPartitions();
+    int[] out = new int[n];
+    java.util.Map<String, Integer> seen = new java.util.HashMap<>();
+    java.util.Set<Integer> used = new java.util.HashSet<>();
+    for (int i = 0; i < n; i++) {
+      String range = kafkaRange(rdd, i);
+      if (range == null) {
+        return null;
+      }
+      int occurrence = seen.merge(range, 1, Integer::sum); // a range read twice (UNION ALL)
+      out[i] = (range + "#" + occurrence).hashCode() & 0x3fffffff;
+      if (!used.add(out[i])) {
+        return null; // two ranges on one number: keep Spark's indexes
+      }
+    }
+    return out;
+  }
+
+  /** "topic-partition:from:until" of the Kafka range partition `index` of `rdd` reads. */
+  static String kafkaRange(org.apache.spark.rdd.RDD<?> rdd, int index) {
+    while (true) {
+      if (rdd instanceof org.apache.spark.sql.execution.datasources.v2.DataSourceRDD) {
+        Object partition = rdd.partitions()[index];
+        scala.Option<?> only =
+            ((org.apache.spark.sql.execution.datasources.v2.DataSourceRDDPartition) partition)
+                .inputPartition();
+        if (only.isEmpty()) {
+          return null;
+        }
+        Object input = only.get();
+        if (!input.getClass().getName().equals(
+            "org.apache.spark.sql.kafka010.KafkaBatchInputPartition")) {
+          return null;
+        }
+        try {
+          Object range = input.getClass().getMethod("offsetRange").invoke(input);
+          Class<?> kind = range.getClass();
+          return kind.getMethod("topicPartition").invoke(range)
+              + ":" + kind.getMethod("fromOffset").invoke(range)
+              + ":" + kind.getMethod("untilOffset").invoke(range);
+        } catch (ReflectiveOperationException e) {
+          return null;
+        }
+      }
+      org.apache.spark.rdd.RDD<?> parent = null;
+      int parentIndex = -1;
+      scala.collection.Iterator<?> deps = rdd.dependencies().iterator();
+      while (deps.hasNext()) {
+        Object dep = deps.next();
+        if (!(dep instanceof org.apache.spark.NarrowDependency)) {
+          return null; // a shuffle: no one range
+        }
+        scala.collection.Seq<Object> parents =
+            ((org.apache.spark.NarrowDependency<?>) dep).getParents(index);
+        if (parents.size() == 1 && parent == null) {
+          parent = ((org.apache.spark.NarrowDependency<?>) dep).rdd();
+          parentIndex = (Integer) parents.head();
+        } else if (parents.size() > 0) {
+          return null; // several parents: no one range
+        }
+      }
+      if (parent == null) {
+        return null;
+      }
+      rdd = parent;
+      index = parentIndex;
+    }
+  }
+
   @SuppressWarnings("unchecked")
   private static List<String> strings(Object list) {
     return list == null ? Collections.emptyList() : (List<String>) list;
@@ -155,7 +235,9 @@ public final class PgCopyWriter
   /** Write every partition of the frame; returns {rows, dead letters} over all of them. */
   public static long[] write(Dataset<Row> frame, String json) throws Exception {
     PgCopyWriter writer = new PgCopyWriter(json);
-    List<long[]> parts = frame.queryExecution().toRdd().toJavaRDD().mapPartitions(writer).collect();
+    org.apache.spark.rdd.RDD<InternalRow> rdd = frame.queryExecution().toRdd();
+    writer.markers = stableMarkers(rdd);
+    List<long[]> parts = rdd.toJavaRDD().mapPartitions(writer).collect();
     long[] total = new long[2];
     for (long[] part : parts) {
       total[0] += part[0];
@@ -259,7 +341,8 @@ public final class PgCopyWriter
 
   @Override
   public Iterator<long[]> call(Iterator<InternalRow> rows) throws Exception {
-    int part = TaskContext.getPartitionId();
+    int index = TaskContext.getPartitionId();
+    int part = markers == null ? index : markers[index];
     Connection conn = connect();
     try {
       conn.setAutoCommit(false);
