@@ -40,28 +40,26 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from throughput import (  # noqa: E402
-    SCHEMA,
+    SPARK_KAFKA,
     delete_topics,
     drop_tables,
     machine,
     noop_pipeline,
 )
+from throughput import config_for as throughput_config  # noqa: E402
 
 from jobs import jvm  # noqa: E402
 from jobs.loadgen import produce  # noqa: E402
 from jobs.pipeline import RunConfig, start_query  # noqa: E402
-from jobs.spec import parse_spec  # noqa: E402
 
 TARGET_MS = 150
 PATHS = {
     "noop": {},
     "append": {},
-    "append_transform": {"transform": {"sql": "SELECT * FROM source WHERE lat IS NOT NULL"}},
+    "append_transform": {"transform": "SELECT * FROM source WHERE lat IS NOT NULL"},
     "shuffle_transform": {
-        "transform": {
-            "sql": "SELECT courier_id, status, count(*) AS n, max(event_time) AS last_seen"
-            " FROM source GROUP BY courier_id, status"
-        }
+        "transform": "SELECT courier_id, status, count(*) AS n, max(event_time) AS last_seen"
+        " FROM source GROUP BY courier_id, status"
     },
     "upsert": {"mode": "upsert", "key": ["delivery_id"]},
 }
@@ -70,33 +68,18 @@ WARM_BATCHES = 2
 
 def config_for(path: str, topic: str, bootstrap: str, sink_dsn: str, rows: int, work: Path):
     options = PATHS[path]
-    spec = parse_spec(
-        {
-            "source": {
-                "connection": "k",
-                "topics": [topic],
-                "schema": SCHEMA,
-                "starting_offsets": "earliest",
-                "max_records_per_batch": rows,
-            },
-            "transform": options.get("transform"),
-            "sink": {
-                "connection": "pg",
-                "table": f"small_{uuid.uuid4().hex[:8]}",
-                "mode": options.get("mode", "append"),
-                "key": options.get("key", []),
-            },
-        }
-    )
-    run_dir = work / "run"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return RunConfig(
-        pipeline=f"small-{uuid.uuid4().hex[:6]}",
-        spec=spec,
-        kafka={"bootstrap_servers": [bootstrap]},
-        postgres={"conninfo": sink_dsn},
-        checkpoint=str(work / "checkpoint"),
-        run_dir=str(run_dir),
+    return throughput_config(
+        topic,
+        bootstrap,
+        sink_dsn,
+        work,
+        rows,
+        SPARK_KAFKA,
+        None,
+        options.get("transform"),
+        table_prefix="small",
+        mode=options.get("mode", "append"),
+        key=tuple(options.get("key", ())),
     )
 
 
@@ -105,18 +88,17 @@ def add_batch_ms(progress: list[dict]) -> list[float]:
     return [float(p["durationMs"].get("addBatch", 0)) for p in batches[WARM_BATCHES:]]
 
 
-def run_path(spark, path: str, config: RunConfig) -> list[float]:
-    if path == "noop":
-        noop_pipeline(spark, config)  # its query's progress is kept by keeping_progress
-        return add_batch_ms(_last_progress[-1])
-    query = start_query(spark, config, available_now=True)
+def drained(query) -> list[float]:
     query.awaitTermination()
     if query.exception():
         raise query.exception()
     return add_batch_ms(query.recentProgress)
 
 
-_last_progress: list[list[dict]] = []
+def run_path(spark, path: str, config: RunConfig) -> list[float]:
+    if path == "noop":
+        return noop_pipeline(spark, config, drain=drained)
+    return drained(start_query(spark, config, available_now=True))
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -142,17 +124,8 @@ def main() -> int:
     topic = f"small-{uuid.uuid4().hex[:8]}"
     produce(bootstrap, topic, rate=0, count=args.rows * args.batches, partitions=2)
 
-    import throughput
     from pyspark.sql import SparkSession
 
-    given = throughput.timed_drain
-
-    def keeping_progress(query) -> dict:
-        result = given(query)
-        _last_progress.append(query.recentProgress)
-        return result
-
-    throughput.timed_drain = keeping_progress
     logging.getLogger("py4j").setLevel(logging.WARNING)
     spark = (
         SparkSession.builder.master(args.master)

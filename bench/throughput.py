@@ -329,6 +329,10 @@ def config_for(
     reader: str,
     min_partitions: int | None,
     transform: str | None = None,
+    *,
+    table_prefix: str = "bench",
+    mode: str = "append",
+    key: tuple[str, ...] = (),
 ) -> RunConfig:
     spec = parse_spec(
         {
@@ -342,13 +346,18 @@ def config_for(
                 "min_partitions": min_partitions,
             },
             "transform": {"sql": transform} if transform else None,
-            "sink": {"connection": "pg", "table": f"bench_{uuid.uuid4().hex[:8]}"},
+            "sink": {
+                "connection": "pg",
+                "table": f"{table_prefix}_{uuid.uuid4().hex[:8]}",
+                "mode": mode,
+                "key": list(key),
+            },
         }
     )
     run_dir = workdir / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     return RunConfig(
-        pipeline=f"bench-{uuid.uuid4().hex[:6]}",
+        pipeline=f"{table_prefix}-{uuid.uuid4().hex[:6]}",
         spec=spec,
         kafka={"bootstrap_servers": [bootstrap]},
         postgres={"conninfo": sink_dsn},
@@ -376,7 +385,7 @@ def timed_drain(query) -> dict:
     return {"rows": rows, "seconds": seconds, "batches": len(batches), "phases_ms": dict(phases)}
 
 
-def noop_pipeline(spark, config: RunConfig) -> dict:
+def noop_pipeline(spark, config: RunConfig, drain=timed_drain):
     """The Postgres path's query, up to the frame its writer gets, into the no-op sink.
 
     The same foreachBatch shape as the Postgres path on purpose: written as one streaming SQL
@@ -397,7 +406,7 @@ def noop_pipeline(spark, config: RunConfig) -> dict:
         .trigger(availableNow=True)
         .start()
     )
-    return timed_drain(query)
+    return drain(query)
 
 
 def postgres_pipeline(spark, config: RunConfig) -> dict:

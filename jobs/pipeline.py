@@ -212,14 +212,18 @@ class BatchWriter:
         if self._one_pass is None:
             from pyspark.sql import functions as F
 
-            record = F.col(PARSED)
-            bad = record.isNull() | record[CORRUPT].isNotNull()
+            bad = _unparsed()
             self._one_pass = [
                 bad.alias(BAD),
                 *[F.when(bad, F.col(c)).alias(f"_cp_{c}") for c in DEAD_LETTER_FIELDS],
-                *[record[c].alias(c) for c in self.columns],
+                *self._parsed_columns(),
             ]
         return self._one_pass
+
+    def _parsed_columns(self) -> list:
+        from pyspark.sql import functions as F
+
+        return [F.col(PARSED)[c].alias(c) for c in self.columns]
 
     def __call__(self, parsed, batch_id: int) -> None:
         if not self.sink.stream_id:
@@ -262,10 +266,8 @@ class BatchWriter:
         from pyspark.sql import functions as F
 
         if self._observed is None:
-            record = F.col(PARSED)
-            bad = record.isNull() | record[CORRUPT].isNotNull()
             self._observed = (
-                [bad.alias(BAD), *[record[c].alias(c) for c in self.columns]],
+                [_unparsed().alias(BAD), *self._parsed_columns()],
                 F.count(F.when(F.col(BAD), 1)).alias("n"),
                 ~F.col(BAD),
                 [F.col(f"`{c}`") for c in self.columns],
@@ -365,14 +367,16 @@ class BatchWriter:
         )
         if done is None:
             return None
-        unparsed = observed_count(frame, name) if name else done[1]
-        dead_rows = None
-        if unparsed != 0:  # None (not reported) reads them too, to be safe
-            dead_rows = self._dead_letters(parsed.select(*self.one_pass_columns())).toArrow()
+        dead_rows = self._unparsed_letters(parsed, observed_count(frame, name) if name else done[1])
         self.sink.finish_batch(batch_id, done[0], dead_letters=dead_rows)
-        if dead_rows is None:
-            return done[0], 0, "direct, one pass, JVM"
-        return done[0], dead_rows.num_rows, "direct, one pass, JVM, unparsed records read again"
+        return _written(done[0], dead_rows, "direct, one pass, JVM")
+
+    def _unparsed_letters(self, parsed, unparsed: int | None):
+        """The batch's dead letters, read again from Kafka, when `unparsed` (the count taken
+        during the write) is not 0; None (not reported) reads them too, to be safe."""
+        if unparsed == 0:
+            return None
+        return self._dead_letters(parsed.select(*self.one_pass_columns())).toArrow()
 
     def _staged_by_jvm(self, parsed, batch_id: int, name, out) -> tuple[int, int, str] | None:
         """A transform with a shuffle: its partitions are not fixed pieces of the batch, so
@@ -398,13 +402,9 @@ class BatchWriter:
         )
         if done is None:
             return None
-        dead_rows = None
-        if observed_count(frame, name) != 0:  # None (not reported) reads them too
-            dead_rows = self._dead_letters(parsed.select(*self.one_pass_columns())).toArrow()
+        dead_rows = self._unparsed_letters(parsed, observed_count(frame, name))
         self.sink.commit_stage(batch_id, dead_letters=dead_rows)
-        if dead_rows is None:
-            return done[0], 0, "staged, one pass, JVM"
-        return done[0], dead_rows.num_rows, "staged, one pass, JVM, unparsed records read again"
+        return _written(done[0], dead_rows, "staged, one pass, JVM")
 
     def _cached(self, batch, batch_id: int) -> tuple[int, int, str]:
         """A transform or upsert: the batch is cached, so the transform's output and the dead
@@ -461,6 +461,22 @@ def stream_id(checkpoint: str) -> str:
 # aggregations, sorts, limits, samples): partition contents are then not a fixed function of
 # the batch's input partitions.
 _UNSTABLE_OPERATORS = ("Exchange", "Limit", "TakeOrdered", "Sample")
+
+
+def _written(rows: int, dead_rows, how: str) -> tuple[int, int, str]:
+    """(rows, dead letters, how) of a one-pass write, saying when dead letters were read
+    again."""
+    if dead_rows is None:
+        return rows, 0, how
+    return rows, dead_rows.num_rows, f"{how}, unparsed records read again"
+
+
+def _unparsed():
+    """Whether the record did not parse with the spec's schema (a column of parsed_frame's)."""
+    from pyspark.sql import functions as F
+
+    record = F.col(PARSED)
+    return record.isNull() | record[CORRUPT].isNotNull()
 
 
 def observed_count(frame, name: str) -> int | None:

@@ -201,20 +201,7 @@ def test_an_upsert_that_died_after_some_partitions_committed_is_completed_once(
     updates = [{"id": f"k{i % 48}", "amount": float(i), "ts": None} for i in range(1200)]
     produce(kafka_bootstrap, topic, updates, partitions=3)
     config = run_config(tmp_path, topic, sink_dsn, mode="upsert", key=["id"])
-    finish = PostgresSink.finish_batch
-
-    def dies_at_batch_1(self, batch_id, rows, dead_letters=None):
-        if batch_id == 1:
-            raise RuntimeError("the driver died here")
-        return finish(self, batch_id, rows, dead_letters)
-
-    monkeypatch.setattr(PostgresSink, "finish_batch", dies_at_batch_1)
-    query = start_query(spark, config, available_now=True)
-    with pytest.raises(Exception, match="the driver died here"):
-        query.awaitTermination(180)
-    written = markers(sink_dsn, config.pipeline)
-    assert (1, -1) not in written and [m for m in written if m[0] == 1], written
-    monkeypatch.setattr(PostgresSink, "finish_batch", finish)
+    dies_before_the_marker_of_batch_1(spark, config, sink_dsn, monkeypatch)
     drain(spark, config)
     rows = dict(fetch(sink_dsn, f'SELECT id, amount FROM "{config.spec.sink.table}"'))
     assert rows == {f"k{k}": float(max(i for i in range(1200) if i % 48 == k)) for k in range(48)}
@@ -311,6 +298,25 @@ def test_a_new_checkpoint_under_the_same_pipeline_name_is_not_mistaken_for_the_o
     assert count == 250
 
 
+def dies_before_the_marker_of_batch_1(spark, config, sink_dsn, monkeypatch):
+    """Run the query until batch 1's partitions are written and the driver "dies" before the
+    batch's marker; leaves the sink as it was (for the restart)."""
+    finish = PostgresSink.finish_batch
+
+    def dies_at_batch_1(self, batch_id, rows, dead_letters=None):
+        if batch_id == 1:
+            raise RuntimeError("the driver died here")
+        return finish(self, batch_id, rows, dead_letters)
+
+    monkeypatch.setattr(PostgresSink, "finish_batch", dies_at_batch_1)
+    query = start_query(spark, config, available_now=True)
+    with pytest.raises(Exception, match="the driver died here"):
+        query.awaitTermination(180)
+    monkeypatch.setattr(PostgresSink, "finish_batch", finish)
+    written = markers(sink_dsn, config.pipeline)
+    assert (1, -1) not in written and [m for m in written if m[0] == 1], written
+
+
 def markers(dsn, pipeline):
     return fetch(
         dsn,
@@ -329,24 +335,11 @@ def test_a_batch_that_died_after_some_partitions_committed_is_completed_exactly_
     topic = new_topic(kafka_bootstrap)
     produce(kafka_bootstrap, topic, events(0, 1000) + MALFORMED)
     config = run_config(tmp_path, topic, sink_dsn, reader=reader, transform=transform)
-    finish = PostgresSink.finish_batch
-
-    def dies_at_batch_1(self, batch_id, rows, dead_letters=None):
-        if batch_id == 1:
-            raise RuntimeError("the driver died here")
-        return finish(self, batch_id, rows, dead_letters)
-
-    monkeypatch.setattr(PostgresSink, "finish_batch", dies_at_batch_1)
-    query = start_query(spark, config, available_now=True)
-    with pytest.raises(Exception, match="the driver died here"):
-        query.awaitTermination(180)
-    written = markers(sink_dsn, config.pipeline)
-    assert (1, -1) not in written and [m for m in written if m[0] == 1], written
+    dies_before_the_marker_of_batch_1(spark, config, sink_dsn, monkeypatch)
     table = config.spec.sink.table
     (landed,) = fetch(sink_dsn, f'SELECT count(*) FROM "{table}"')[0]
     assert 400 < landed <= 800  # batch 0 and the partitions of batch 1
 
-    monkeypatch.setattr(PostgresSink, "finish_batch", finish)
     drain(spark, config)
     assert fetch(sink_dsn, f'SELECT count(*), count(DISTINCT id) FROM "{table}"')[0] == (
         1000,

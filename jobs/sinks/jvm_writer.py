@@ -26,7 +26,7 @@ from urllib.parse import quote
 from psycopg import sql
 
 from . import pgbinary
-from .postgres import ORDINAL, PART, PostgresSink, _table_ident
+from .postgres import ORDINAL, PART, PostgresSink, _table_ident, stage_slice_clearing
 
 log = logging.getLogger("jobs.sinks.jvm_writer")
 
@@ -292,14 +292,10 @@ class JvmWriter:
 
 
 def _stage_statements(stage: str, columns: Sequence[str]) -> dict:
-    """Replacing a task's slice of a batch's stage, as PostgresSink.write_stage_part does:
-    two attempts of one task take turns on it, and each replaces what the other wrote. No
-    marker: the driver commits the whole stage with the batch's marker."""
-    ident = sql.Identifier(stage)
-    lock = sql.SQL("SELECT pg_advisory_xact_lock(hashtext({}), ?)").format(sql.Literal(stage))
-    delete = sql.SQL("DELETE FROM {} WHERE {} = ?").format(ident, sql.Identifier(PART))
+    """Replacing a task's slice of a batch's stage, as PostgresSink.write_stage_part does.
+    No marker: the driver commits the whole stage with the batch's marker."""
     copy = sql.SQL("COPY {} ({}, {}, {}) FROM STDIN WITH (FORMAT binary)").format(
-        ident,
+        sql.Identifier(stage),
         sql.SQL(", ").join(map(sql.Identifier, columns)),
         sql.Identifier(PART),
         sql.Identifier(ORDINAL),
@@ -308,7 +304,7 @@ def _stage_statements(stage: str, columns: Sequence[str]) -> dict:
         "claim_sql": None,
         "rows_sql": None,
         "copy_sql": copy.as_string(),
-        "before_copy_sql": [lock.as_string(), delete.as_string()],
+        "before_copy_sql": [_jdbc(statement, None) for statement in stage_slice_clearing(stage)],
         "after_copy_sql": [],
     }
 

@@ -340,14 +340,8 @@ class PostgresSink:
         """Replace this partition's slice of the stage (a retried task replaces, not adds)."""
         stage = self.stage_name(batch_id)
         with self.connect() as conn, conn.transaction():
-            # Two attempts of one task (a retry, speculation) take turns on the slice.
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), %s)", (stage, part))
-            conn.execute(
-                sql.SQL("DELETE FROM {} WHERE {} = %s").format(
-                    sql.Identifier(stage), sql.Identifier(PART)
-                ),
-                (part,),
-            )
+            for statement in stage_slice_clearing(stage):
+                conn.execute(statement, (part,))
             if table.num_rows:
                 self._copy(conn, sql.Identifier(stage), _with_order(table, part))
         return table.num_rows
@@ -532,6 +526,16 @@ class _CopyStream:
                 self._context.__exit__(*exc)
             finally:
                 self._cursor.close()
+
+
+def stage_slice_clearing(stage: str) -> list[sql.Composable]:
+    """Before a task writes its slice of a stage (its partition: the one parameter): two
+    attempts of one task (a retry, speculation) take turns on it, and each removes what the
+    other wrote. The Python and the JVM writers run the same statements."""
+    return [
+        sql.SQL("SELECT pg_advisory_xact_lock(hashtext({}), %s)").format(sql.Literal(stage)),
+        sql.SQL("DELETE FROM {} WHERE {} = %s").format(sql.Identifier(stage), sql.Identifier(PART)),
+    ]
 
 
 def _with_order(table, part: int):
