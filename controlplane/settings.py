@@ -275,6 +275,9 @@ CONTROLPLANE_SPARK_UI_ENABLED = env_bool("CONTROLPLANE_SPARK_UI_ENABLED", True)
 CONTROLPLANE_DRIVER_ENV = env_list("CONTROLPLANE_DRIVER_ENV", [])
 # A graceful stop that has not finished after this long is turned into a kill.
 CONTROLPLANE_STOP_TIMEOUT = env_float("CONTROLPLANE_STOP_TIMEOUT", 60.0, minimum=1.0)
+# A query killed inside a shared application that has not ended after this long gets its
+# application recycled (the other members stopped gracefully, the process killed).
+CONTROLPLANE_KILL_TIMEOUT = env_float("CONTROLPLANE_KILL_TIMEOUT", 30.0, minimum=1.0)
 # Where drivers send heartbeats and progress (as seen from the driver's host).
 CONTROLPLANE_URL = env_str("CONTROLPLANE_URL", "http://127.0.0.1:8000")
 CONTROLPLANE_HEARTBEAT_SECONDS = env_float("CONTROLPLANE_HEARTBEAT_SECONDS", 5.0, minimum=0.5)

@@ -6,7 +6,7 @@ from rest_framework.routers import DefaultRouter
 
 from controlplane.api.connections import ConnectionViewSet
 from controlplane.api.pipelines import AuditViewSet, PipelineViewSet
-from controlplane.api.reports import RunExit, RunHeartbeat, RunProgress
+from controlplane.api.reports import ApplicationExit, RunExit, RunHeartbeat, RunProgress
 from controlplane.observability.prometheus import prometheus_metrics
 
 router = DefaultRouter()
@@ -19,6 +19,7 @@ api_patterns = [
     path("runs/<int:run_id>/heartbeat/", RunHeartbeat.as_view(), name="run-heartbeat"),
     path("runs/<int:run_id>/progress/", RunProgress.as_view(), name="run-progress"),
     path("runs/<int:run_id>/exit/", RunExit.as_view(), name="run-exit"),
+    path("applications/<str:name>/exit/", ApplicationExit.as_view(), name="application-exit"),
     *router.urls,
 ]
 

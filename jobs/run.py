@@ -1,8 +1,12 @@
-"""The Spark driver program of a pipeline run: `spark-submit jobs/run.py RUN_DIR`.
+"""The Spark driver program of a dedicated pipeline run: `spark-submit jobs/run.py RUN_DIR`.
 
 RUN_DIR holds `run.json` (written by the control plane, mode 0600). The query runs until it
 fails or a stop is requested by creating RUN_DIR/stop; a stop is graceful: the batch in
-flight is finished (and committed) before the query stops.
+flight is finished (and committed) before the query stops. RUN_DIR/kill stops it at once (the
+batch in flight is abandoned; it is written again, exactly once, by the next run).
+
+`serve` is one run's whole life in a Spark session; a shared application (`jobs/host.py`)
+calls it once per member, each in a session and thread of its own.
 """
 
 from __future__ import annotations
@@ -25,22 +29,73 @@ from jobs.reporting import Reporter, progress_listener  # noqa: E402
 log = logging.getLogger("jobs.run")
 
 STOP_FILE = "stop"
+KILL_FILE = "kill"
 POLL_SECONDS = 0.5
 
 
 def wait(query, run_dir: Path) -> None:
-    """Block until the query ends by itself, or stop it gracefully when asked to."""
-    stop_file = run_dir / STOP_FILE
+    """Block until the query ends by itself, or stop it when asked to: gracefully (RUN_DIR/stop)
+    or at once (RUN_DIR/kill). Returns only once the query is no longer active."""
+    stop_file, kill_file = run_dir / STOP_FILE, run_dir / KILL_FILE
     while query.isActive:
+        if kill_file.exists():
+            log.info("kill requested: stopping the query now")
+            _stop(query)
+            return
         if stop_file.exists():
             log.info("stop requested: finishing the batch in flight")
             while query.isActive and query.status.get("isTriggerActive"):
+                if kill_file.exists():
+                    break
                 time.sleep(0.05)
-            query.stop()
+            _stop(query)
             return
         query.awaitTermination(POLL_SECONDS)
     if query.exception() is not None:
         raise query.exception()
+
+
+def _stop(query) -> None:
+    """Stop the query; if Spark gives up waiting for it (spark.sql.streaming.stopTimeout),
+    keep waiting: its end may be reported only once it can write nothing more."""
+    try:
+        query.stop()
+    except Exception as exc:  # py4j's TimeoutException: the batch in flight does not give way
+        log.warning("the query did not stop in time (%s); still waiting for it", exc)
+    while query.isActive:
+        time.sleep(POLL_SECONDS)
+
+
+def serve(spark, run_dir: Path, config: RunConfig) -> None:
+    """Run one pipeline's query in `spark` until it ends (raises if it failed): its reporter
+    and consumer-group mirror around it, their listeners on `spark` alone."""
+    reporter = start_reporter(config.control_plane, run_dir)
+    listeners = []
+    if reporter is not None:
+        listeners.append(progress_listener(reporter))
+    mirror = None
+    if config.spec.source.consumer_group:
+        mirror = group_commit.GroupCommitter(config.kafka, config.spec.source.consumer_group)
+        listeners.append(group_commit.offset_mirror(mirror, config.pipeline))
+    for listener in listeners:
+        spark.streams.addListener(listener)
+    try:
+        if (run_dir / STOP_FILE).exists() or (run_dir / KILL_FILE).exists():
+            log.info("pipeline %s: asked to stop before its query started", config.pipeline)
+            return
+        query = start_query(spark, config)
+        log.info("query %s started (checkpoint %s)", query.id, config.checkpoint)
+        wait(query, run_dir)
+    finally:
+        if reporter is not None:
+            reporter.close()
+        if mirror is not None:
+            mirror.close()
+        for listener in listeners:
+            try:
+                spark.streams.removeListener(listener)
+            except Exception:  # the session is going away with its application
+                log.debug("listener not removed", exc_info=True)
 
 
 def main(argv: list[str]) -> int:
@@ -55,23 +110,9 @@ def main(argv: list[str]) -> int:
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName(f"pipeline:{config.pipeline}").getOrCreate()
-    reporter = start_reporter(config.control_plane, run_dir)
-    if reporter is not None:
-        spark.streams.addListener(progress_listener(reporter))
-    mirror = None
-    if config.spec.source.consumer_group:
-        mirror = group_commit.attach(
-            spark, config.kafka, config.spec.source.consumer_group, config.pipeline
-        )
-    query = start_query(spark, config)
-    log.info("query %s started (checkpoint %s)", query.id, config.checkpoint)
     try:
-        wait(query, run_dir)
+        serve(spark, run_dir, config)
     finally:
-        if reporter is not None:
-            reporter.close()
-        if mirror is not None:
-            mirror.close()
         spark.stop()
     return 0
 

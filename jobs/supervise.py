@@ -1,5 +1,7 @@
 """A small supervisor around one driver process: `python -m jobs.supervise RUN_DIR -- CMD...`.
 
+RUN_DIR is a run's directory, or a shared application's (`app.json` instead of `run.json`).
+
 It starts CMD (spark-submit), records the driver's pid, and the moment the driver exits
 writes RUN_DIR/exit.json with the exit code and the tail of its error output, and sends the
 same to the control plane (`POST /api/runs/{id}/exit/`, with the run's token from run.json),
@@ -106,8 +108,15 @@ def reap_group() -> None:
 def send_exit_report(run_dir: Path, report: dict, timeout: float = 5.0) -> bool:
     """Tell the control plane now; False (and nothing else) if it cannot be reached."""
     try:
-        control = json.loads((run_dir / "run.json").read_text()).get("control_plane") or {}
-        url = f"{control['url'].rstrip('/')}/api/runs/{control['run_id']}/exit/"
+        # A run's directory has run.json; a shared application's has app.json, which names
+        # where its exit is reported.
+        config = run_dir / "run.json"
+        if not config.exists():
+            config = run_dir / "app.json"
+        control = json.loads(config.read_text()).get("control_plane") or {}
+        url = control.get("exit_url") or (
+            f"{control['url'].rstrip('/')}/api/runs/{control['run_id']}/exit/"
+        )
         request = urllib.request.Request(  # noqa: S310 - the control plane's own http(s) URL
             url,
             data=json.dumps(

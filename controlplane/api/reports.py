@@ -20,9 +20,9 @@ from rest_framework.views import APIView
 
 from controlplane.accounts import security
 from controlplane.accounts.models import digest as token_digest
-from controlplane.definitions.models import Run
+from controlplane.definitions.models import Run, SparkApplication
 from controlplane.observability import progress
-from controlplane.supervision import reconciler, reports, tasks
+from controlplane.supervision import applications, reconciler, reports, tasks
 from controlplane.supervision.reports import STALE
 
 
@@ -159,6 +159,54 @@ class RunExit(RunReportView):
             pipeline_id = run.pipeline_id
             transaction.on_commit(lambda: tasks.nudge(pipeline_id))
         return Response({"recorded": recorded})
+
+
+class ApplicationTokenAuthentication(BaseAuthentication):
+    """A shared application's supervisor: `Authorization: RunToken <key>` with the token of
+    the application's current process (app.json)."""
+
+    keyword = "RunToken"
+
+    def authenticate(self, request):
+        parts = get_authorization_header(request).split()
+        if len(parts) != 2 or parts[0].lower() != self.keyword.lower().encode():
+            return None
+        app = SparkApplication.objects.filter(
+            token_digest=token_digest(parts[1].decode(errors="replace"))
+        ).first()
+        if app is None:
+            security.api_token_refused(request, "unknown application token")
+            raise exceptions.AuthenticationFailed("Unknown application token.")
+        return (None, app)
+
+    def authenticate_header(self, request) -> str:
+        return self.keyword
+
+
+class IsApplication(BasePermission):
+    def has_permission(self, request, view) -> bool:
+        app = request.auth
+        return isinstance(app, SparkApplication) and app.name == view.kwargs["name"]
+
+
+class ApplicationExit(APIView):
+    """The supervisor's report that a shared application's driver exited: its members' runs
+    end (cause `application-lost`) and it is started again, at once."""
+
+    authentication_classes = [ApplicationTokenAuthentication]
+    permission_classes = [IsApplication]
+
+    @extend_schema(request=ExitSerializer, responses={200: ExitReply})
+    def post(self, request, name: str) -> Response:
+        app: SparkApplication = request.auth
+        data = ExitSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        # The supervisor wrote exit.json before reporting: the application's step reads it.
+        pipelines = list(applications.members(app).values_list("pipeline_id", flat=True))
+        action = applications.reconcile_application(app.pk, timezone.now())
+        for pipeline_id in pipelines:
+            transaction.on_commit(lambda p=pipeline_id: tasks.nudge(p))
+        return Response({"recorded": action in ("lost", "recycled", "stopped")})
 
 
 class RunTokenScheme(OpenApiAuthenticationExtension):

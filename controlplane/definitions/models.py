@@ -32,6 +32,81 @@ class Status(models.TextChoices):
         return {cls.STOPPED, cls.SUSPENDED, cls.FAILED}
 
 
+class ApplicationStatus(models.TextChoices):
+    """What the control plane observes of a shared Spark application."""
+
+    STARTING = "starting", "Starting"  # launched; its Spark session is not up yet
+    RUNNING = "running", "Running"  # takes pipelines
+    RECYCLING = "recycling", "Recycling"  # members stopping, then the process is killed
+    RESTARTING = "restarting", "Restarting"  # lost; started again at next_attempt_at
+    STOPPING = "stopping", "Stopping"
+    STOPPED = "stopped", "Stopped"
+
+
+class SparkApplication(models.Model):
+    """A long-lived Spark application (one driver process) that hosts many pipelines' queries,
+    each with its own checkpoint, scheduler pool, run token and generation. Defined by an
+    operator; started, observed and stopped by the reconciler like a run."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[NAME_VALIDATOR])
+    description = models.TextField(blank=True)
+    master = models.CharField(
+        max_length=255, blank=True, help_text="Spark master URL; empty: the control plane's."
+    )
+    driver_memory = models.CharField(max_length=16, default="2g")
+    executor_memory = models.CharField(max_length=16, blank=True)
+    conf = models.JSONField(default=dict, blank=True, help_text="Allow-listed Spark settings.")
+    capacity = models.PositiveIntegerField(default=25, help_text="At most this many pipelines.")
+    desired_state = models.CharField(
+        max_length=16, choices=DesiredState.choices[:2], default=DesiredState.RUNNING
+    )
+    status = models.CharField(
+        max_length=16, choices=ApplicationStatus.choices, default=ApplicationStatus.STOPPED
+    )
+    status_message = models.TextField(blank=True, default="")
+    # Increases with every launch of its process; a member run names the generation it was
+    # placed in.
+    generation = models.PositiveIntegerField(default=0)
+    host = models.CharField(max_length=255, blank=True)
+    pid = models.IntegerField(null=True, blank=True, help_text="The supervisor's process id.")
+    process_started = models.FloatField(null=True, blank=True)
+    app_dir = models.CharField(max_length=1024, blank=True)
+    token_digest = models.CharField(max_length=64, blank=True, db_index=True, editable=False)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
+    # A member's query would not stop: the others stop gracefully, then the process is killed.
+    recycle_requested_at = models.DateTimeField(null=True, blank=True)
+    recycle_reason = models.TextField(blank=True)
+    # Losses in a row (reset once it has run for a while); the next launch waits until then.
+    attempt = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    restarts = models.PositiveIntegerField(default=0, help_text="Launches after a loss, ever.")
+    last_exit_code = models.IntegerField(null=True, blank=True)
+    last_exit_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    # Measured by the control plane on its host (the process tree of its supervisor).
+    rss_bytes = models.BigIntegerField(null=True, blank=True)
+    cpu_seconds = models.FloatField(null=True, blank=True)
+    cpu_percent = models.FloatField(null=True, blank=True)
+    measured_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+DEDICATED = "dedicated"
+AUTO = "auto"
+
+
 class Pipeline(models.Model):
     """A streaming pipeline: its current spec (canonical JSON), version and desired state."""
 
@@ -54,6 +129,9 @@ class Pipeline(models.Model):
     # Why the control plane cannot act on the pipeline right now (e.g. its run is on another
     # host); empty when it can.
     status_message = models.TextField(blank=True, default="")
+    # Where its query runs: its own Spark application ("dedicated"), a shared one by name, or
+    # any shared one with room ("auto").
+    placement = models.CharField(max_length=63, default=DEDICATED)
     connections = models.ManyToManyField(
         Connection, through="PipelineConnection", related_name="pipelines", blank=True
     )
@@ -171,6 +249,16 @@ class Run(models.Model):
     last_batch_at = models.DateTimeField(null=True, blank=True)
     # The query said it waits for data (no batch because there is nothing to read).
     last_idle_at = models.DateTimeField(null=True, blank=True)
+    # A run in a shared application: its query runs in that application's process (whose
+    # supervisor `pid` then names), placed in its `application_generation`.
+    application = models.ForeignKey(
+        SparkApplication, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    application_generation = models.PositiveIntegerField(null=True, blank=True)
+    # A query is killed by asking its application (it cannot be killed alone by signal):
+    # the run ends when the application says the query has ended, with this cause.
+    kill_requested_at = models.DateTimeField(null=True, blank=True)
+    end_cause = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -261,6 +349,7 @@ class AuditEntry(models.Model):
     )
     pipeline_name = models.CharField(max_length=63, db_index=True, blank=True, default="")
     connection_name = models.CharField(max_length=63, db_index=True, blank=True, default="")
+    application_name = models.CharField(max_length=63, db_index=True, blank=True, default="")
     reason = models.TextField(blank=True)
     before = models.JSONField(default=dict)
     after = models.JSONField(default=dict)

@@ -124,11 +124,13 @@ def act(pipeline: Pipeline, action: str, *, user, reason: str, now: datetime) ->
             Pipeline.objects.filter(pk=locked.pk).update(**changes, updated_by=user, updated_at=now)
         if action == "kill":
             for run in Run.objects.filter(pipeline=locked, state__in=RunState.active()):
+                error = f"killed by {user}: {reason}"
                 if not run.host or run.host == launcher.this_host():
-                    launcher.kill(run)  # a starting run elsewhere: its launch kills its driver
-                reconciler.finish(
-                    run, now, exit_code=-9, cause="killed", error=f"killed by {user}: {reason}"
-                )
+                    # In a shared application, its query is stopped now and the run ends
+                    # when the application says so.
+                    reconciler.kill_run(run, now, exit_code=-9, cause="killed", error=error)
+                else:  # a starting run elsewhere: its launch kills its driver
+                    reconciler.finish(run, now, exit_code=-9, cause="killed", error=error)
         locked.refresh_from_db()
         audit.record(locked, action, user=user, reason=reason, before=before)
     return locked

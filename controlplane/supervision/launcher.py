@@ -4,6 +4,12 @@ A run's directory holds what the job needs (`run.json`, mode 0600: it carries co
 secrets) and what it leaves behind (`driver.log`, `exit.json`). The driver runs under
 `jobs.supervise`, detached from the Celery worker that launched it, so restarting the control
 plane neither kills nor orphans it.
+
+A run in a shared Spark application has the same directory and files, but no process of its
+own: it is assigned to the application's driver (`jobs/host.py`) by a file in the
+application's queue, and killed by a file in its run directory (the application's process is
+its supervisor: `pid` names it). An application's directory holds `app.json`, its
+`driver.log`, `ready.json` once its Spark session is up, and `exit.json` when it ended.
 """
 
 from __future__ import annotations
@@ -24,12 +30,69 @@ import pyspark
 from django.conf import settings
 
 from controlplane.accounts.models import digest
-from controlplane.definitions.models import Pipeline, Run
+from controlplane.definitions.models import Pipeline, Run, SparkApplication
 from jobs.connections import kafka_client_config
 from jobs.files import write_private
 from jobs.jvm import spark_jars
+from jobs.supervise import write_json
 
 JOB_SCRIPT = Path(settings.BASE_DIR) / "jobs" / "run.py"
+HOST_SCRIPT = Path(settings.BASE_DIR) / "jobs" / "host.py"
+# Under the runs root, beside the pipelines' directories (whose names have no underscore).
+APPLICATIONS_DIR = "_applications"
+
+# Spark settings for drivers that run small batches all day: bounded UI and listener-bus
+# state (a UI that keeps every batch's jobs grows without end), periodic cleanup.
+LONG_RUNNING_CONF = {
+    "spark.ui.showConsoleProgress": "false",
+    "spark.ui.killEnabled": "false",
+    "spark.ui.retainedJobs": "200",
+    "spark.ui.retainedStages": "200",
+    "spark.ui.retainedTasks": "20000",
+    "spark.sql.ui.retainedExecutions": "100",
+    "spark.sql.streaming.ui.retainedQueries": "100",
+    "spark.sql.streaming.ui.retainedProgressUpdates": "20",
+    "spark.sql.streaming.numRecentProgressUpdates": "20",
+    "spark.scheduler.listenerbus.eventqueue.capacity": "20000",
+}
+# A shared application: members share the driver's scheduler fairly (a pool each), and a
+# query asked to stop is waited for at most this long before the member reports it stuck.
+SHARED_CONF = {
+    "spark.scheduler.mode": "FAIR",
+    "spark.sql.streaming.stopTimeout": "10000",
+}
+# Spark settings an operator may give a shared application (exact names, or prefixes ending
+# in "."): memory, parallelism and SQL/streaming tuning; nothing that starts agents, loads
+# classes or files, or changes where the driver listens.
+APPLICATION_CONF_ALLOWED = (
+    "spark.executor.memory", "spark.executor.cores", "spark.executor.instances",
+    "spark.cores.max", "spark.default.parallelism", "spark.memory.fraction",
+    "spark.memory.storageFraction", "spark.driver.maxResultSize", "spark.task.cpus",
+    "spark.sql.shuffle.partitions", "spark.sql.adaptive.", "spark.sql.streaming.",
+    "spark.scheduler.listenerbus.eventqueue.capacity", "spark.ui.retained",
+    "spark.sql.ui.retainedExecutions", "spark.locality.wait", "spark.network.timeout",
+    "spark.python.worker.reuse", "spark.python.worker.memory",
+)  # fmt: skip
+APPLICATION_CONF_REFUSED = (
+    "spark.sql.streaming.ui.enabled", "spark.sql.streaming.stopTimeout",
+    "spark.sql.streaming.checkpointLocation", "spark.sql.streaming.stateStore.providerClass",
+    "spark.sql.streaming.fileSink.", "spark.sql.streaming.metricsEnabled",
+)  # fmt: skip
+
+
+def conf_problem(key: str) -> str | None:
+    """Why a shared application may not be given Spark setting `key`, or None."""
+    if any(key == r or (r.endswith(".") and key.startswith(r)) for r in APPLICATION_CONF_REFUSED):
+        return "is set by the control plane"
+    if any(key == a or (a.endswith(".") and key.startswith(a)) for a in APPLICATION_CONF_ALLOWED):
+        return None
+    if key.startswith("spark.ui.retained"):
+        return None
+    return "is not a setting a shared application may be given"
+
+
+def _conf_args(conf: dict[str, str]) -> list[str]:
+    return [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
 
 
 def spark_submit() -> str:
@@ -105,7 +168,9 @@ def prepare(run: Run) -> str:
     run.token_digest = digest(token)
     run.host = this_host()
     run.run_dir = str(run_dir)
-    run.log_path = str(run_dir / "driver.log")
+    # A member of a shared application writes into its application's log.
+    log_dir = Path(run.application.app_dir) if run.application_id else run_dir
+    run.log_path = str(log_dir / "driver.log")
     return token
 
 
@@ -147,7 +212,10 @@ def driver_env(environ=None) -> dict[str, str]:
 def launch(run: Run, token: str) -> Run:
     """Start the run's driver. `prepare` came first and the run row holding what it set is
     committed, so the driver is known (and its reports fenced) from its first moment. Fills
-    in pid and process_started (not saved)."""
+    in pid and process_started (not saved). A run placed in a shared application is
+    assigned to it instead."""
+    if run.application_id is not None:
+        return assign(run, token)
     pipeline = run.pipeline
     run_dir = Path(run.run_dir)
     settings.CONTROLPLANE_CHECKPOINT_ROOT.mkdir(parents=True, exist_ok=True)
@@ -158,18 +226,183 @@ def launch(run: Run, token: str) -> Run:
         "--master", settings.SPARK_MASTER,
         "--driver-memory", settings.SPARK_DRIVER_MEMORY,
         "--name", f"pipeline:{pipeline.name}",
-        "--conf", "spark.ui.showConsoleProgress=false",
-        "--conf", "spark.ui.killEnabled=false",
-        *([] if settings.CONTROLPLANE_SPARK_UI_ENABLED else ["--conf", "spark.ui.enabled=false"]),
-        "--conf", f"spark.pyspark.python={sys.executable}",
-        # jobs/java/build/jars: the sink's JVM writer with the JDBC driver (without them it
-        # writes from Python) and Spark's Kafka connector.
-        *(["--jars", ",".join(jars)] if (jars := spark_jars()) else []),
+        *_common_args(),
         str(JOB_SCRIPT), str(run_dir),
     ]  # fmt: skip
     run.pid = spawn(command, driver_env())
     run.process_started = process_started(run.pid)
     return run
+
+
+def _common_args() -> list[str]:
+    return [
+        *_conf_args(LONG_RUNNING_CONF),
+        *([] if settings.CONTROLPLANE_SPARK_UI_ENABLED else ["--conf", "spark.ui.enabled=false"]),
+        "--conf", f"spark.pyspark.python={sys.executable}",
+        # jobs/java/build/jars: the sink's JVM writer with the JDBC driver (without them it
+        # writes from Python) and Spark's Kafka connector.
+        *(["--jars", ",".join(jars)] if (jars := spark_jars()) else []),
+    ]  # fmt: skip
+
+
+def assign(run: Run, token: str) -> Run:
+    """Hand the run to its shared application (`run.application`, whose process runs): its
+    run.json, then the assignment in the application's queue, which its driver picks up
+    within a fraction of a second. The application's supervisor stands for the run's
+    process (pid and start time), so the run is seen to end with it."""
+    app = run.application
+    run_dir = Path(run.run_dir)
+    settings.CONTROLPLANE_CHECKPOINT_ROOT.mkdir(parents=True, exist_ok=True)
+    write_private(run_dir / "run.json", json.dumps(run_config(run.pipeline, run, run_dir, token)))
+    write_json(_assignment(run), {"run_dir": str(run_dir)})
+    run.pid = app.pid
+    run.process_started = app.process_started
+    return run
+
+
+def _assignment(run: Run) -> Path:
+    return (
+        Path(run.application.app_dir) / "queue" / f"{run.pipeline.name}-{run.generation:06d}.json"
+    )
+
+
+def _cancel_assignment(run: Run) -> bool:
+    """Take back an assignment its application has not claimed yet (claiming renames it):
+    True if it was still unclaimed, so the query was never started."""
+    if not run.application.app_dir:
+        return True
+    assignment = _assignment(run)
+    try:
+        assignment.rename(assignment.with_name(assignment.name + ".cancelled"))
+    except FileNotFoundError:
+        # Claimed (it ends with exit.json, written before the claim is removed), or never
+        # written (a launch that died between run.json and the assignment).
+        claimed = assignment.with_name(assignment.name + ".taken")
+        return not (claimed.exists() or Path(run.run_dir, "exit.json").exists())
+    return True
+
+
+# -- shared applications ------------------------------------------------------------------
+
+
+def prepare_application(app: SparkApplication) -> str:
+    """A fresh directory for the application's next process (set on `app`, with host and
+    token digest; the caller saves them before launching); returns the token."""
+    root = settings.CONTROLPLANE_RUNS_ROOT / APPLICATIONS_DIR / app.name
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    app_dir = root / f"{app.generation:06d}"
+    suffix = 1
+    while True:
+        try:
+            app_dir.mkdir(mode=0o700)
+            break
+        except FileExistsError:  # left by an earlier application of the same name
+            suffix += 1
+            app_dir = root / f"{app.generation:06d}.{suffix}"
+    (app_dir / "queue").mkdir(mode=0o700)
+    token = secrets.token_urlsafe(32)
+    app.token_digest = digest(token)
+    app.host = this_host()
+    app.app_dir = str(app_dir)
+    return token
+
+
+def launch_application(app: SparkApplication, token: str) -> SparkApplication:
+    """Start the application's driver (`jobs/host.py`) under a detached supervisor, which
+    reports its exit to /api/applications/{name}/exit/. Fills in pid and process_started."""
+    app_dir = Path(app.app_dir)
+    base = settings.CONTROLPLANE_URL.rstrip("/")
+    write_private(
+        app_dir / "app.json",
+        json.dumps(
+            {
+                "name": app.name,
+                "generation": app.generation,
+                "control_plane": {
+                    "exit_url": f"{base}/api/applications/{app.name}/exit/",
+                    "token": token,
+                },
+            }
+        ),
+    )
+    conf = {**SHARED_CONF, **{k: str(v) for k, v in app.conf.items() if not conf_problem(k)}}
+    if app.executor_memory:
+        conf["spark.executor.memory"] = app.executor_memory
+    command = [
+        sys.executable, "-m", "jobs.supervise", "--detach", str(app_dir), "--",
+        spark_submit(),
+        "--master", app.master or settings.SPARK_MASTER,
+        "--driver-memory", app.driver_memory or settings.SPARK_DRIVER_MEMORY,
+        "--name", f"application:{app.name}",
+        *_common_args(),
+        *_conf_args(conf),
+        str(HOST_SCRIPT), str(app_dir),
+    ]  # fmt: skip
+    app.pid = spawn(command, driver_env())
+    app.process_started = process_started(app.pid)
+    return app
+
+
+def application_ready(app: SparkApplication) -> bool:
+    """Whether the application's Spark session is up (its driver takes members)."""
+    return bool(app.app_dir) and Path(app.app_dir, "ready.json").exists()
+
+
+def application_exit_report(app: SparkApplication) -> dict | None:
+    try:
+        return json.loads(Path(app.app_dir, "exit.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def application_alive(app: SparkApplication) -> bool | None:
+    """Whether the application's supervisor still runs; None without a process here."""
+    if not app.pid or (app.host and app.host != this_host()):
+        return None
+    return _process(app.pid, app.process_started) is not None
+
+
+def request_application_stop(app: SparkApplication) -> None:
+    """Ask the driver to stop every member gracefully, then itself."""
+    Path(app.app_dir, "stop").touch()
+
+
+def kill_application(app: SparkApplication) -> None:
+    """Kill the application's process tree (its supervisor's group), and whatever of it
+    outlived its supervisor (found by the application's directory on its command line)."""
+    if app.host and app.host != this_host():
+        raise OtherHost(f"application {app.name!r} is on host {app.host}, not {this_host()}")
+    if _process(app.pid, app.process_started) is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(app.pid, signal.SIGKILL)
+    for stray in _strays_of(app.app_dir, HOST_SCRIPT.name):
+        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+            if os.getpgid(stray) == stray:
+                os.killpg(stray, signal.SIGKILL)
+            else:
+                os.kill(stray, signal.SIGKILL)
+
+
+def measure(app: SparkApplication) -> tuple[int, float] | None:
+    """Resident memory (bytes) and CPU time (seconds) of the application's whole process
+    tree (supervisor, JVM, Python driver and workers); None if it does not run here."""
+    process = _process(app.pid, app.process_started) if app.pid else None
+    if process is None:
+        return None
+    rss, cpu = 0, 0.0
+    for p in [process, *_children(process)]:
+        with contextlib.suppress(psutil.Error):
+            rss += p.memory_info().rss
+            times = p.cpu_times()
+            cpu += times.user + times.system + times.children_user + times.children_system
+    return rss, cpu
+
+
+def _children(process: psutil.Process) -> list[psutil.Process]:
+    try:
+        return process.children(recursive=True)
+    except psutil.Error:
+        return []
 
 
 def spawn(command: list[str], env: dict[str, str]) -> int:
@@ -202,12 +435,21 @@ def request_stop(run: Run) -> None:
     Path(run.run_dir, "stop").touch()
 
 
-def kill(run: Run) -> None:
-    """Kill the supervisor's process group (spark-submit, the JVM and its Python workers),
-    and whatever the run started that outlived it. Only processes proven to be the run's: the
-    supervisor by pid and start time (a pid is reused, after a reboot say), the others by
-    their command line naming the run's directory. Raises OtherHost for a run elsewhere."""
+def kill(run: Run) -> bool:
+    """Kill the run's driver. A dedicated run: kill the supervisor's process group
+    (spark-submit, the JVM and its Python workers), and whatever the run started that
+    outlived it; only processes proven to be the run's: the supervisor by pid and start time
+    (a pid is reused, after a reboot say), the others by their command line naming the run's
+    directory. Returns True: it is gone. A run in a shared application: ask the application
+    to stop its query at once, and return False: it is gone once the application says so
+    (exit.json). Raises OtherHost for a run elsewhere."""
     _this_host_only(run, "kill")
+    if run.application_id is not None:
+        if run.run_dir:
+            Path(run.run_dir, "kill").touch()
+        if _cancel_assignment(run) or _supervisor(run) is None:
+            return True  # never claimed, or its application is gone: so is the query
+        return Path(run.run_dir, "exit.json").exists()
     if _supervisor(run) is not None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(run.pid, signal.SIGKILL)
@@ -217,6 +459,7 @@ def kill(run: Run) -> None:
                 os.killpg(stray, signal.SIGKILL)
             else:
                 os.kill(stray, signal.SIGKILL)
+    return True
 
 
 def _this_host_only(run: Run, what: str) -> None:
@@ -234,18 +477,21 @@ START_TIME_TOLERANCE = 1.0
 
 def _supervisor(run: Run) -> psutil.Process | None:
     """The run's supervisor if it still runs: pid and start time both match."""
-    if not run.pid:
+    return _process(run.pid, run.process_started) if run.pid else None
+
+
+def _process(pid: int | None, started: float | None) -> psutil.Process | None:
+    """The process `pid` if it runs and started at `started` (a pid is reused)."""
+    if not pid:
         return None
     try:
-        process = psutil.Process(run.pid)
+        process = psutil.Process(pid)
     except psutil.Error:
         return None
     try:
         if process.status() == psutil.STATUS_ZOMBIE:
             return None
-        if run.process_started is not None and (
-            abs(process.create_time() - run.process_started) > START_TIME_TOLERANCE
-        ):
+        if started is not None and (abs(process.create_time() - started) > START_TIME_TOLERANCE):
             return None  # another process has that pid now
     except psutil.NoSuchProcess:
         return None
@@ -258,15 +504,21 @@ def _strays(run: Run) -> list[int]:
     """Processes of this run (its supervisor, spark-submit's JVM, the Python driver) found
     by their command line: it names the supervisor or the job script, and the run's
     directory. What a lost launch or a dead supervisor left behind."""
-    if not run.run_dir:
+    if not run.run_dir or run.application_id is not None:
+        return []  # a shared run's processes are its application's
+    return _strays_of(run.run_dir, JOB_SCRIPT.name)
+
+
+def _strays_of(directory: str, script: str) -> list[int]:
+    if not directory:
         return []
-    run_dir = os.path.normpath(run.run_dir)
+    directory = os.path.normpath(directory)
     found = []
     for process in psutil.process_iter(["cmdline"]):
         args = process.info.get("cmdline") or []
-        if process.pid == os.getpid() or run_dir not in (os.path.normpath(a) for a in args):
+        if process.pid == os.getpid() or directory not in (os.path.normpath(a) for a in args):
             continue
-        if "jobs.supervise" in args or any(a.endswith("jobs/run.py") for a in args):
+        if "jobs.supervise" in args or any(a.endswith(f"jobs/{script}") for a in args):
             found.append(process.pid)
     return found
 

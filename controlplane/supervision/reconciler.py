@@ -32,6 +32,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Concat
 
 from controlplane.definitions.models import (
+    DEDICATED,
     DesiredState,
     Failure,
     Pipeline,
@@ -43,7 +44,7 @@ from controlplane.definitions.models import (
 from controlplane.redaction import redact
 from jobs.spec import parse_spec
 
-from . import launcher, restarts, transitions
+from . import applications, launcher, restarts, transitions
 from .status import transition
 from .transitions import Action, Observation
 
@@ -55,6 +56,8 @@ LAUNCH_GRACE = timedelta(seconds=60)
 
 def tick(now: datetime) -> dict:
     _note_resumption(now)
+    # Shared applications first: a pipeline placed in one this tick finds it started.
+    applications_acted = applications.tick(now)
     actions: dict[str, str] = {}
     for pipeline_id, name in Pipeline.objects.values_list("id", "name"):
         try:
@@ -65,6 +68,8 @@ def tick(now: datetime) -> dict:
         if action:
             actions[name] = action
     summary = {"pipelines": Pipeline.objects.count(), "actions": actions}
+    if applications_acted:
+        summary["applications"] = applications_acted
     with transaction.atomic():
         ReconcilerState.objects.get_or_create(id=1)
         ReconcilerState.objects.filter(id=1).update(
@@ -105,8 +110,6 @@ def reconcile_pipeline(pipeline_id: int, now: datetime) -> str | None:
         run = pipeline.runs.filter(state__in=RunState.active()).first()
         if run is not None:
             return _observe(pipeline, run, now)
-        if pipeline.status_message:
-            _set_message(pipeline, "")
         observation = Observation.IDLE
         if pipeline.status == Status.BACKING_OFF and pipeline.desired_state == DesiredState.RUNNING:
             if pipeline.next_attempt_at and now < pipeline.next_attempt_at:
@@ -119,6 +122,8 @@ def reconcile_pipeline(pipeline_id: int, now: datetime) -> str | None:
             if found.status == pipeline.status and pipeline.next_attempt_at is None:
                 return None  # at rest already
             # No driver and none wanted (or it only looked alive): settle, drop any restart.
+            if pipeline.status_message:
+                _set_message(pipeline, "")
             transition(pipeline, observation, next_attempt_at=None)
             return "settle"
         started = _new_run(pipeline, now, observation)
@@ -144,12 +149,23 @@ def _lock_pipeline(pipeline_id: int) -> Pipeline | None:
 def _new_run(pipeline: Pipeline, now: datetime, observation: Observation) -> tuple[Run, str] | None:
     """A new 'starting' run row (with its token digest, directory and host), and its token;
     the pipeline takes the table's step for `observation` (a launch, or a relaunch)."""
+    app = None
+    if pipeline.placement != DEDICATED:
+        app, waiting = applications.place(pipeline)
+        if app is None:
+            if pipeline.status_message != waiting:
+                _set_message(pipeline, waiting)
+            return None
+    if pipeline.status_message:
+        _set_message(pipeline, "")
     generation = pipeline.generation + 1
     run = Run(
         pipeline=pipeline,
         generation=generation,
         spec_version=pipeline.version,
         state=RunState.STARTING,
+        application=app,
+        application_generation=app.generation if app else None,
     )
     token = launcher.prepare(run)
     try:
@@ -230,16 +246,35 @@ def _observe(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
         return exit_cause(run, code)
     if run.state == RunState.STARTING and not run.pid:
         if now - run.created_at > LAUNCH_GRACE:
-            launcher.kill(run)  # what the lost launch may have started (found by its run dir)
-            finish(
+            # What the lost launch may have started (found by its run dir, or its assignment).
+            kill_run(
                 run, now, exit_code=None, cause="launch-lost", error="the launch never completed"
             )
             return "launch-lost"
         return None
     if launcher.alive(run) is False:
+        if run.application_id is not None:
+            # Its application's process is gone (which the application's own step records).
+            cause = run.end_cause or applications.LOST
+            finish(run, now, exit_code=None, cause=cause, error="its application's process is gone")
+            return cause
         launcher.kill(run)  # what the supervisor left behind, if anything
         finish(run, now, exit_code=None, cause="vanished", error="the driver process is gone")
         return "vanished"
+    if run.kill_requested_at is not None:
+        # A query in a shared application, killed: it ends when the application says so. One
+        # that does not give way in time gets its application recycled.
+        waited = now - run.kill_requested_at
+        if waited > timedelta(seconds=settings.CONTROLPLANE_KILL_TIMEOUT):
+            reason = (
+                f"pipeline {pipeline.name} run {run.generation} did not stop within "
+                f"{settings.CONTROLPLANE_KILL_TIMEOUT:g} s of being killed ({run.end_cause})"
+            )
+            if applications.request_recycle(
+                run.application_id, run.application_generation, reason, now
+            ):
+                return "recycle"
+        return None
     for cause, check in (("lost-heartbeat", _heartbeat_overdue), ("stalled", _stalled)):
         problem = check(run, now) if run.state == RunState.RUNNING else None
         if problem is not None and (why := reports_cannot_arrive()):
@@ -257,8 +292,7 @@ def _observe(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
             log.warning(
                 "pipeline %s: run %s %s; killing it", pipeline.name, run.generation, problem
             )
-            launcher.kill(run)
-            finish(run, now, exit_code=None, cause=cause, error=problem)
+            kill_run(run, now, exit_code=None, cause=cause, error=problem)
             return cause
     if pipeline.status_message.startswith(UNHEARD):
         _set_message(pipeline, "")  # heard again
@@ -338,13 +372,26 @@ def _stop(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
         log.warning(
             "pipeline %s: run %s ignored the stop; killing it", pipeline.name, run.generation
         )
-        launcher.kill(run)
-        finish(run, now, exit_code=-9, cause="killed", error="did not stop within the timeout")
+        kill_run(run, now, exit_code=-9, cause="killed", error="did not stop within the timeout")
         return "kill"
     return None
 
 
+def kill_run(run: Run, now: datetime, *, exit_code: int | None, cause: str, error: str) -> bool:
+    """Kill the run's driver and record its end with `cause`. A query in a shared application
+    is killed by asking its application: the run stays active (stopping) until the
+    application says the query ended, then ends with `cause`. True if it ended now."""
+    if launcher.kill(run):
+        return finish(run, now, exit_code=exit_code, cause=cause, error=error)
+    Run.objects.filter(pk=run.pk, state__in=RunState.active(), kill_requested_at=None).update(
+        state=RunState.STOPPING, kill_requested_at=now, end_cause=cause, error_tail=error
+    )
+    return False
+
+
 def exit_cause(run: Run, exit_code: int | None) -> str:
+    if run.end_cause:
+        return run.end_cause  # what it was being killed or stopped for
     if run.stop_requested_at:
         return "stopped"
     return "exited" if exit_code == 0 else "crashed"
@@ -357,12 +404,13 @@ def record_exit(
     with `current_only`, if it is no longer the pipeline's current run)."""
     with transaction.atomic():
         pipeline = _lock_pipeline(run.pipeline_id)  # pipeline, then run: as everywhere
-        run.refresh_from_db(fields=["state", "stop_requested_at"])
+        run.refresh_from_db(fields=["state", "stop_requested_at", "end_cause", "error_tail"])
         if pipeline is None or run.state not in RunState.active():
             return False
         if current_only and run.generation != pipeline.generation:
             return False
         cause = exit_cause(run, exit_code)
+        error = error or run.error_tail  # a killed query's own report has no error: its cause's
         return _finish(run, pipeline, now, exit_code=exit_code, cause=cause, error=error)
 
 
@@ -391,11 +439,16 @@ def _finish(
     )
     if pipeline.generation != run.generation:
         return True
-    if cause in ("stopped", "killed") or pipeline.desired_state != DesiredState.RUNNING:
+    if cause in AS_ASKED or pipeline.desired_state != DesiredState.RUNNING:
         transition(pipeline, Observation.ENDED, if_generation=run.generation, next_attempt_at=None)
         return True
     _failed(pipeline, run, now, cause=cause, error=error)
     return True
+
+
+# Ends that are no failure: asked for by an operator, or a recycle of the run's application
+# (the pipeline starts again as soon as it is back).
+AS_ASKED = ("stopped", "killed", applications.RECYCLED)
 
 
 def _failed(pipeline: Pipeline, run: Run, now: datetime, *, cause: str, error: str) -> None:
