@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
+from controlplane.api.applications import ApplicationViewSet
 from controlplane.api.connections import ConnectionViewSet
 from controlplane.api.pipelines import AuditViewSet, PipelineViewSet
 from controlplane.api.reports import ApplicationExit, RunExit, RunHeartbeat, RunProgress
@@ -12,6 +13,7 @@ from controlplane.observability.prometheus import prometheus_metrics
 router = DefaultRouter()
 router.register("connections", ConnectionViewSet, basename="connection")
 router.register("pipelines", PipelineViewSet, basename="pipeline")
+router.register("applications", ApplicationViewSet, basename="application")
 router.register("audit", AuditViewSet, basename="audit")
 
 api_patterns = [

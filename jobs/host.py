@@ -66,6 +66,11 @@ class Member(threading.Thread):
             session.sparkContext.setLocalProperty("spark.scheduler.pool", config.pipeline)
             serve(session, self.run_dir, config)
         except Exception as exc:  # the member's failure, never the application's
+            if not jvm_alive(self.spark):
+                # The application's JVM is gone: the query with it. That is the
+                # application's loss, which its supervisor reports; not this member's failure.
+                log.error("member %s: the application's JVM is gone", self.run_dir)
+                return
             code = 1
             error = "".join(traceback.format_exception(exc))[-ERROR_TAIL_CHARS:]
             log.error("member %s failed: %s", self.run_dir, str(exc)[:500])
@@ -73,6 +78,14 @@ class Member(threading.Thread):
         write_json(self.run_dir / "exit.json", report)
         send_exit_report(self.run_dir, report)
         self.assignment.unlink(missing_ok=True)
+
+
+def jvm_alive(spark) -> bool:
+    try:
+        spark.sparkContext._jvm.java.lang.System.currentTimeMillis()
+    except Exception:  # py4j cannot reach the JVM
+        return False
+    return True
 
 
 def assignments(app_dir: Path) -> list[tuple[Path, Path]]:

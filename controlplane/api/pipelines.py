@@ -15,7 +15,7 @@ from rest_framework.response import Response
 
 from controlplane.accounts.roles import OPERATOR
 from controlplane.definitions import services
-from controlplane.definitions.models import AuditEntry, Pipeline
+from controlplane.definitions.models import DEDICATED, AuditEntry, Pipeline
 from controlplane.observability import metrics
 from controlplane.supervision import controls, tasks
 from jobs.spec import SpecError
@@ -77,10 +77,13 @@ class PipelineViewSet(viewsets.ModelViewSet):
                 spec_data=data["spec"],
                 description=data.get("description", ""),
                 desired_state=data.get("desired_state", "stopped"),
+                placement=data.get("placement", DEDICATED),
                 user=self.request.user,
             )
         except SpecError as exc:
             raise ValidationError(exc.as_dict("spec.")) from None
+        except services.Invalid as exc:
+            raise ValidationError(exc.as_dict()) from None
         except services.Conflict as exc:
             raise ValidationError({"name": [str(exc)]}) from None
 
@@ -102,9 +105,12 @@ class PipelineViewSet(viewsets.ModelViewSet):
                 # PUT fills in the serializer's default; only an explicit value changes state.
                 desired_state=data["desired_state"] if "desired_state" in request.data else None,
                 expected_version=data.get("version"),
+                placement=data.get("placement"),
             )
         except SpecError as exc:
             raise ValidationError(exc.as_dict("spec.")) from None
+        except services.Invalid as exc:
+            raise ValidationError(exc.as_dict()) from None
         except services.Conflict as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         return Response(self.get_serializer(pipeline).data)
@@ -277,9 +283,10 @@ class PipelineViewSet(viewsets.ModelViewSet):
 
 
 class AuditViewSet(viewsets.ReadOnlyModelViewSet):
-    """The audit log, newest first: on-call actions and definition changes of pipelines, and
-    changes and tests of connections. Filter with `?pipeline=<name>`, `?connection=<name>`
-    and `?actor=<username>`."""
+    """The audit log, newest first: on-call actions and definition changes of pipelines,
+    changes and tests of connections, and changes and controls of shared Spark applications.
+    Filter with `?pipeline=<name>`, `?connection=<name>`, `?application=<name>` and
+    `?actor=<username>`."""
 
     serializer_class = AuditEntrySerializer
 
@@ -289,6 +296,8 @@ class AuditViewSet(viewsets.ReadOnlyModelViewSet):
             entries = entries.filter(pipeline_name=pipeline)
         if connection := self.request.query_params.get("connection"):
             entries = entries.filter(connection_name=connection)
+        if application := self.request.query_params.get("application"):
+            entries = entries.filter(application_name=application)
         if actor := self.request.query_params.get("actor"):
             entries = entries.filter(actor_name=actor)
         return entries

@@ -4,6 +4,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.connections.masking import known_secrets, mask
+from controlplane.definitions import services
 from controlplane.definitions.models import (
     AuditEntry,
     DesiredState,
@@ -11,6 +12,7 @@ from controlplane.definitions.models import (
     Pipeline,
     PipelineVersion,
     Run,
+    RunState,
     Status,
 )
 
@@ -31,6 +33,21 @@ class PipelineSerializer(serializers.ModelSerializer):
         choices=DesiredState.choices, default=DesiredState.STOPPED
     )
     status = serializers.ChoiceField(choices=Status.choices, read_only=True)
+    # No default: a PUT without it keeps the pipeline where it is (a new one: dedicated).
+    placement = serializers.CharField(
+        required=False,
+        max_length=63,
+        help_text=(
+            "Where the pipeline's query runs: `dedicated` (its own Spark application, the"
+            " default), `auto` (any running shared application with room) or the name of a"
+            " shared Spark application (/api/applications/). A change takes effect at the"
+            " pipeline's next run: a running pipeline keeps its current run until it is"
+            " restarted."
+        ),
+    )
+    application = serializers.SerializerMethodField(
+        help_text="The shared application its current run is placed in (null: none)."
+    )
     last_failure = serializers.SerializerMethodField()
 
     class Meta:
@@ -42,6 +59,8 @@ class PipelineSerializer(serializers.ModelSerializer):
             "spec",
             "version",
             "desired_state",
+            "placement",
+            "application",
             "status",
             "status_message",
             "attempt",
@@ -84,9 +103,23 @@ class PipelineSerializer(serializers.ModelSerializer):
             "decision": failure.decision,
         }
 
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_application(self, pipeline: Pipeline) -> str | None:
+        run = (
+            pipeline.runs.filter(state__in=RunState.active(), application__isnull=False)
+            .select_related("application")
+            .first()
+        )
+        return run.application.name if run else None
+
     def validate_name(self, value: str) -> str:
         if self.instance is not None and value != self.instance.name:
             raise serializers.ValidationError("a pipeline cannot be renamed")
+        return value
+
+    def validate_placement(self, value: str) -> str:
+        if problem := services.placement_problem(value):
+            raise serializers.ValidationError(problem)
         return value
 
 
@@ -147,6 +180,7 @@ class AuditEntrySerializer(serializers.ModelSerializer):
     actor = serializers.CharField(source="actor_name")
     pipeline = serializers.CharField(source="pipeline_name")
     connection = serializers.CharField(source="connection_name")
+    application = serializers.CharField(source="application_name")
 
     class Meta:
         model = AuditEntry
@@ -157,6 +191,7 @@ class AuditEntrySerializer(serializers.ModelSerializer):
             "action",
             "pipeline",
             "connection",
+            "application",
             "reason",
             "before",
             "after",

@@ -39,6 +39,28 @@ def record(pipeline: Pipeline, action: str, *, user, reason: str, before: dict) 
     )
 
 
+def definition_snapshot(pipeline: Pipeline) -> dict:
+    """What creating or changing a pipeline's definition is audited with: its snapshot and
+    where its query runs (`placement`)."""
+    return {**snapshot(pipeline), "placement": pipeline.placement}
+
+
+def record_with(
+    pipeline: Pipeline, action: str, *, user, reason: str, before: dict, after: dict
+) -> AuditEntry:
+    """Like `record`, with the state after the change given (e.g. a definition snapshot)."""
+    return AuditEntry.objects.create(
+        actor=user if getattr(user, "pk", None) else None,
+        actor_name=user.get_username() if getattr(user, "pk", None) else "system",
+        action=action,
+        pipeline=pipeline,
+        pipeline_name=pipeline.name,
+        reason=reason,
+        before=before,
+        after=after,
+    )
+
+
 def connection_snapshot(connection) -> dict:
     """What the audit log keeps of a connection: its settings and which secrets are set,
     never their values."""

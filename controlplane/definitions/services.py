@@ -17,11 +17,58 @@ from controlplane.connections.models import Connection
 from jobs.spec import FieldError, PipelineSpec, SpecError, parse_spec
 
 from . import audit
-from .models import DesiredState, Pipeline, PipelineConnection, PipelineVersion, RunState, Status
+from .models import (
+    AUTO,
+    DEDICATED,
+    DesiredState,
+    Pipeline,
+    PipelineConnection,
+    PipelineVersion,
+    RunState,
+    SparkApplication,
+    Status,
+)
 
 
 class Conflict(Exception):
     """The pipeline changed since the caller read it (or another write won a race)."""
+
+
+class Invalid(ValueError):
+    """A value refused for a field that is not part of the spec: `detail` is a message, a
+    list of them, or (for an object) messages keyed by its keys."""
+
+    def __init__(self, field: str, detail: str | list | dict):
+        super().__init__(f"{field}: {detail}")
+        self.field = field
+        self.detail = detail
+
+    def as_dict(self) -> dict:
+        detail = [self.detail] if isinstance(self.detail, str) else self.detail
+        return {self.field: detail}
+
+
+def placement_problem(placement: str) -> str | None:
+    """Why a pipeline cannot be placed so, or None: `dedicated` (its own Spark application),
+    `auto` (any shared application with room) or the name of a shared application."""
+    if placement in (DEDICATED, AUTO):
+        return None
+    if not SparkApplication.objects.filter(name=placement).exists():
+        return (
+            f"must be {DEDICATED!r}, {AUTO!r} or the name of a shared Spark application;"
+            f" there is no application named {placement!r}"
+        )
+    return None
+
+
+def _check_placement(placement: str) -> None:
+    """In the transaction that stores it: the named application is locked, so that it
+    cannot be deleted before this commits (its deletion sees the pipeline naming it). A
+    pipeline's lock, where held, is taken before (applications' locks always come last)."""
+    if placement in (DEDICATED, AUTO):
+        return
+    if not SparkApplication.objects.select_for_update().filter(name=placement).exists():
+        raise Invalid("placement", placement_problem(placement) or "no such application")
 
 
 def known_connections() -> dict[str, str]:
@@ -59,9 +106,13 @@ def create_pipeline(
     user=None,
     description: str = "",
     desired_state: str = "stopped",
+    placement: str = DEDICATED,
 ) -> Pipeline:
+    """Raises SpecError (the spec), Invalid (the placement) or Conflict (the name)."""
     spec = validate(spec_data)
     canonical = spec.to_dict()
+    if problem := placement_problem(placement):
+        raise Invalid("placement", problem)
     try:
         with transaction.atomic():
             pipeline = Pipeline.objects.create(
@@ -70,6 +121,7 @@ def create_pipeline(
                 spec=canonical,
                 version=1,
                 desired_state=desired_state,
+                placement=placement,
                 created_by=user,
                 updated_by=user,
             )
@@ -77,7 +129,15 @@ def create_pipeline(
                 pipeline=pipeline, version=1, spec=canonical, created_by=user
             )
             _link_connections(pipeline, spec)
-            audit.record(pipeline, "create", user=user, reason="", before={})
+            _check_placement(placement)
+            audit.record_with(
+                pipeline,
+                "create",
+                user=user,
+                reason="",
+                before={},
+                after=audit.definition_snapshot(pipeline),
+            )
     except IntegrityError:
         raise Conflict(f"a pipeline named {name!r} already exists") from None
     return pipeline
@@ -91,17 +151,20 @@ def update_pipeline(
     description: str | None = None,
     desired_state: str | None = None,
     expected_version: int | None = None,
+    placement: str | None = None,
 ) -> Pipeline:
     """Apply the given changes; a changed spec becomes a new version, an identical one does not.
 
     `expected_version` defaults to the version of the `pipeline` object passed in, i.e. the
-    one the caller read.
+    one the caller read. A changed placement takes effect at the pipeline's next run.
     """
     expected = pipeline.version if expected_version is None else expected_version
     spec = validate(spec_data) if spec_data is not None else None
+    if placement is not None and (problem := placement_problem(placement)):
+        raise Invalid("placement", problem)
     with transaction.atomic():
         current = Pipeline.objects.select_for_update().get(pk=pipeline.pk)
-        before = audit.snapshot(current)
+        before = audit.definition_snapshot(current)
         if current.version != expected:
             raise Conflict(
                 f"pipeline {pipeline.name!r} is at version {current.version}, not {expected}; "
@@ -112,6 +175,9 @@ def update_pipeline(
             changes["description"] = description
         if desired_state is not None:
             changes["desired_state"] = desired_state
+        if placement is not None and placement != current.placement:
+            _check_placement(placement)
+            changes["placement"] = placement
         new_version = current.version
         if spec is not None and spec.to_dict() != current.spec:
             new_version = current.version + 1
@@ -126,8 +192,9 @@ def update_pipeline(
         if updated != 1:
             raise Conflict(f"pipeline {pipeline.name!r} changed while it was being updated")
         current.refresh_from_db()
-        if audit.snapshot(current) != before:
-            audit.record(current, "update", user=user, reason="", before=before)
+        after = audit.definition_snapshot(current)
+        if after != before:
+            audit.record_with(current, "update", user=user, reason="", before=before, after=after)
     pipeline.refresh_from_db()
     return pipeline
 

@@ -1,17 +1,27 @@
-"""Prometheus text exposition at /metrics: the same figures as the metrics API, per pipeline.
+"""Prometheus text exposition at /metrics: the same figures as the metrics API, per pipeline,
+and each shared Spark application's state, load and size.
 
 Scraped with an API token (Prometheus: `authorization: {type: Token, credentials: cpt_...}`).
 """
 
 from __future__ import annotations
 
+from django.db.models import Count, F
 from django.http import HttpResponse
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework.decorators import api_view, renderer_classes
 from rest_framework.renderers import BaseRenderer
 
-from controlplane.definitions.models import Pipeline, ReconcilerState, Status
+from controlplane.definitions.models import (
+    ApplicationStatus,
+    Pipeline,
+    ReconcilerState,
+    Run,
+    RunState,
+    SparkApplication,
+    Status,
+)
 
 from . import metrics
 from .kafka_lookups import KafkaLookups
@@ -44,6 +54,22 @@ FAMILIES = [
     ("cp_last_commit_age_seconds", "gauge", "seconds since the last committed batch"),
     ("cp_last_batch_id", "gauge", "id of the last committed batch"),
     ("cp_reconciler_last_tick_age_seconds", "gauge", "seconds since the reconcile tick ran"),
+    (
+        "cp_pipeline_placement_info",
+        "gauge",
+        "1: where the pipeline runs (placement as defined; application of its current run)",
+    ),
+    ("cp_application_up", "gauge", "1 if the shared Spark application is running"),
+    ("cp_application_status", "gauge", "1 for the shared application's current status"),
+    ("cp_application_members", "gauge", "pipelines' queries in the shared application now"),
+    ("cp_application_capacity", "gauge", "most pipelines' queries the application takes"),
+    (
+        "cp_application_resident_memory_bytes",
+        "gauge",
+        "resident memory of the application's process tree on its host",
+    ),
+    ("cp_application_cpu_percent", "gauge", "CPU of the application's process tree (100: a core)"),
+    ("cp_application_restarts_total", "counter", "launches of the application after a loss"),
 ]
 
 
@@ -61,9 +87,17 @@ def exposition(now) -> str:
         samples[name].append(f"{name}{{{text}}} {float(value)!r}")
 
     lookups = KafkaLookups()  # one lookup per cluster and topic set for the whole scrape
+    # The shared application each pipeline's current run is placed in.
+    placed = dict(
+        Run.objects.filter(state__in=RunState.active(), application__isnull=False).values_list(
+            "pipeline_id", "application__name"
+        )
+    )
     for pipeline in Pipeline.objects.order_by("name"):
         figures = metrics.pipeline_metrics(pipeline, now, lookups)
         who = {"pipeline": pipeline.name}
+        where = {"placement": pipeline.placement, "application": placed.get(pipeline.pk, "")}
+        add("cp_pipeline_placement_info", {**who, **where}, 1)
         for status in Status.values:
             add("cp_pipeline_status", {**who, "status": status}, int(pipeline.status == status))
         add("cp_pipeline_restarts_total", who, pipeline.restarts)
@@ -87,6 +121,7 @@ def exposition(now) -> str:
         )
         add("cp_last_commit_age_seconds", who, figures["checkpoint"]["age_seconds"])
         add("cp_last_batch_id", who, figures["checkpoint"]["last_batch_id"])
+    _applications(add)
     state = ReconcilerState.objects.filter(id=1).first()
     if state and state.last_tick_at:
         add("cp_reconciler_last_tick_age_seconds", {}, (now - state.last_tick_at).total_seconds())
@@ -94,6 +129,28 @@ def exposition(now) -> str:
     for name, kind, help_text in FAMILIES:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples[name]]
     return "\n".join(lines) + "\n"
+
+
+def _applications(add) -> None:
+    """Each shared application's state, load and size, as the reconciler last measured it."""
+    members = dict(
+        Run.objects.filter(
+            state__in=RunState.active(), application_generation=F("application__generation")
+        )
+        .values("application_id")
+        .annotate(n=Count("id"))
+        .values_list("application_id", "n")
+    )
+    for app in SparkApplication.objects.order_by("name"):
+        who = {"application": app.name}
+        add("cp_application_up", who, int(app.status == ApplicationStatus.RUNNING))
+        for status in ApplicationStatus.values:
+            add("cp_application_status", {**who, "status": status}, int(app.status == status))
+        add("cp_application_members", who, members.get(app.pk, 0))
+        add("cp_application_capacity", who, app.capacity)
+        add("cp_application_resident_memory_bytes", who, app.rss_bytes)
+        add("cp_application_cpu_percent", who, app.cpu_percent)
+        add("cp_application_restarts_total", who, app.restarts)
 
 
 @extend_schema(exclude=True)  # Prometheus' text format, not part of the JSON API

@@ -19,7 +19,7 @@ from controlplane.accounts.roles import EDITOR, VIEWER, has_role
 from controlplane.connections.models import Connection, ConnectionKind
 from controlplane.connections.serializers import ConnectionSerializer
 from controlplane.definitions import audit, services
-from controlplane.definitions.models import Pipeline
+from controlplane.definitions.models import AUTO, DEDICATED, Pipeline, SparkApplication
 from jobs.spec import SpecError
 
 from . import forms
@@ -30,7 +30,15 @@ def _pipeline_form(request, *, pipeline, values, errors, status=200):
     postgres = Connection.objects.filter(kind=ConnectionKind.POSTGRES).values_list(
         "name", flat=True
     )
-    choices = {"source_connection": list(kafka), "sink_connection": list(postgres)}
+    placements = [DEDICATED, AUTO, *SparkApplication.objects.values_list("name", flat=True)]
+    chosen = values.get("placement") or ""
+    if chosen and chosen not in placements:  # e.g. an application deleted since: shown
+        placements.append(chosen)
+    choices = {
+        "source_connection": list(kafka),
+        "sink_connection": list(postgres),
+        "placement": placements,
+    }
     fields = []
     for f in forms.PIPELINE_FIELDS:
         if f.name == "name" and pipeline is not None:
@@ -65,6 +73,7 @@ NEW_PIPELINE_DEFAULTS = {
     "mode": "append",
     "interval_seconds": "1",
     "restart_kind": "exponential-delay",
+    "placement": DEDICATED,
 }
 
 
@@ -82,10 +91,13 @@ def pipeline_new(request):
                 name=name,
                 spec_data=parsed.data["spec"],
                 description=parsed.data["description"],
+                placement=parsed.data["placement"] or DEDICATED,
                 user=request.user,
             )
         except SpecError as exc:
             errors = exc.as_dict("spec.")
+        except services.Invalid as exc:
+            errors = exc.as_dict()
         except services.Conflict as exc:
             errors = {"name": [str(exc)]}
         else:
@@ -119,7 +131,9 @@ def _name_errors(name: str, errors: dict) -> dict:
 def pipeline_edit(request, name: str):
     pipeline = get_object_or_404(Pipeline, name=name)
     if request.method == "GET":
-        values = forms.pipeline_values(pipeline.name, pipeline.description, pipeline.spec)
+        values = forms.pipeline_values(
+            pipeline.name, pipeline.description, pipeline.spec, pipeline.placement
+        )
         return _pipeline_form(request, pipeline=pipeline, values=values, errors={})
     parsed = forms.pipeline_from_form(request.POST, pipeline.spec)
     errors = dict(parsed.errors)
@@ -137,9 +151,12 @@ def pipeline_edit(request, name: str):
                 spec_data=parsed.data["spec"],
                 description=parsed.data["description"],
                 expected_version=read_version,
+                placement=parsed.data["placement"] or None,
             )
         except SpecError as exc:
             errors = exc.as_dict("spec.")
+        except services.Invalid as exc:
+            errors = exc.as_dict()
         except services.Conflict as exc:
             errors = {
                 forms.GENERAL: [

@@ -18,6 +18,7 @@ from typing import Any
 from jobs.connections import SASL_MECHANISMS, SECRET_FIELDS, SECURITY_PROTOCOLS
 
 GENERAL = "__all__"  # problems that belong to no single field
+NOT_SPEC = ("name", "description", "placement")  # pipeline fields outside its spec
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,14 @@ _RESTART_FIELDS = {  # kind: (field, label, help)
 PIPELINE_FIELDS = [
     Field("name", "name", "Name", help="lower-case letters, digits and -; cannot change later"),
     Field("description", "description", "Description"),
+    Field(
+        "placement",
+        "placement",
+        "Placement",
+        "select",
+        "where its query runs: dedicated (its own Spark application), auto (any running shared"
+        " application with room) or a shared application; a change takes effect at its next run",
+    ),
     Field("source_connection", "source.connection", "Kafka connection", "select"),
     Field("topics", "source.topics", "Topics", "list", "comma-separated"),
     Field(
@@ -245,8 +254,8 @@ def _value(f: Field, raw: Any, parsed: Parsed) -> Any:
 
 
 def pipeline_from_form(post: dict[str, Any], current_spec: dict | None) -> Parsed:
-    """name, description and spec from a submitted pipeline form. Starts from the current
-    spec, so parts the form does not show are kept."""
+    """name, description, placement and spec from a submitted pipeline form. Starts from
+    the current spec, so parts the form does not show are kept."""
     spec = copy.deepcopy(current_spec) if current_spec else {}
     parsed = Parsed({"spec": spec})
     kind = (post.get("restart_kind") or "").strip() or None
@@ -254,7 +263,7 @@ def pipeline_from_form(post: dict[str, Any], current_spec: dict | None) -> Parse
         if f.group or f.name == "restart_kind":
             continue
         value = _value(f, post.get(f.name), parsed)
-        if f.path in ("name", "description"):
+        if f.path in NOT_SPEC:
             parsed.data[f.path] = value or ""
         elif f.path == "transform.sql":
             if value is None:
@@ -281,12 +290,14 @@ def pipeline_from_form(post: dict[str, Any], current_spec: dict | None) -> Parse
     return parsed
 
 
-def pipeline_values(name: str, description: str, spec: dict) -> dict[str, Any]:
+def pipeline_values(
+    name: str, description: str, spec: dict, placement: str = "dedicated"
+) -> dict[str, Any]:
     """The form's inputs for a stored pipeline (its canonical spec)."""
-    values: dict[str, Any] = {"name": name, "description": description}
+    values: dict[str, Any] = {"name": name, "description": description, "placement": placement}
     kind = _get(spec, "restart_policy.kind")
     for f in PIPELINE_FIELDS:
-        if f.path in ("name", "description"):
+        if f.path in NOT_SPEC:
             continue
         if f.group and f.group != kind:
             continue

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import editing, views
+from . import applications, editing, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -18,6 +18,13 @@ urlpatterns = [
         "pipelines/<slug:name>/control/<slug:action>",
         views.pipeline_control,
         name="pipeline-control",
+    ),
+    path("applications/", applications.application_list, name="applications"),
+    path("applications/<slug:name>/", applications.application_page, name="application"),
+    path(
+        "applications/<slug:name>/control/<slug:action>",
+        applications.application_control,
+        name="application-control",
     ),
     path("healthz", views.healthz, name="healthz"),
 ]

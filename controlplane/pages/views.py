@@ -97,7 +97,9 @@ def pipeline_status(request, name: str):
 def _status_context(pipeline: Pipeline, now) -> dict:
     return {
         "p": pipeline,
-        "run": pipeline.runs.filter(state__in=RunState.active()).first(),
+        "run": pipeline.runs.filter(state__in=RunState.active())
+        .select_related("application")
+        .first(),
         "restart": detail.restart_progress(pipeline, now),
         "symbol": overview.STATUS_SYMBOLS.get(pipeline.status, "?"),
         "status_refresh_seconds": STATUS_REFRESH_SECONDS,
@@ -130,12 +132,15 @@ AUDIT_PAGE = 100
 
 @role_required(VIEWER)
 def audit_log(request):
-    """Every operator action, newest first; filter by pipeline and by who."""
+    """Every operator action, newest first; filter by pipeline, application and by who."""
     pipeline = request.GET.get("pipeline", "").strip()[:63]
+    application = request.GET.get("application", "").strip()[:63]
     actor = request.GET.get("actor", "").strip()[:150]
     entries = AuditEntry.objects.order_by("-at")
     if pipeline:
         entries = entries.filter(pipeline_name=pipeline)
+    if application:
+        entries = entries.filter(application_name=application)
     if actor:
         entries = entries.filter(actor_name=actor)
     return render(
@@ -144,6 +149,7 @@ def audit_log(request):
         {
             "entries": entries[:AUDIT_PAGE],
             "pipeline": pipeline,
+            "application": application,
             "actor": actor,
             "limit": AUDIT_PAGE,
         },

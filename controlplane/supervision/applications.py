@@ -308,7 +308,6 @@ def _not_running(app: SparkApplication, now: datetime) -> str | None:
         "next_attempt_at": None,
         "stop_requested_at": None,
         "recycle_requested_at": None,
-        "recycle_reason": "",
     }
     app.generation += 1  # the directory is named after the new generation
     token = launcher.prepare_application(app)
@@ -374,3 +373,11 @@ def _recycle(app: SparkApplication, now: datetime) -> None:
         return
     log.warning("application %s: killing its process for the recycle", app.name)
     launcher.kill_application(app)
+
+
+def stopped_with_host(app: SparkApplication) -> None:
+    """Its process was stopped with the stack (`stop_drivers`): not a loss; it is started
+    again, as desired, with the stack."""
+    SparkApplication.objects.filter(pk=app.pk, generation=app.generation).update(
+        status=ApplicationStatus.STOPPED, pid=None, process_started=None, next_attempt_at=None
+    )

@@ -32,14 +32,21 @@ ENDPOINTS = {
     "pipeline-metrics": ({"name": "x"}, ["get"]),
     "pipeline-metrics-history": ({"name": "x"}, ["get"]),
     "pipeline-checkpoints": ({"name": "x"}, ["get"]),
+    "application-list": ({}, ["get", "post"]),
+    "application-detail": ({"name": "x"}, ["get", "put", "patch", "delete"]),
+    "application-start": ({"name": "x"}, ["post"]),
+    "application-stop": ({"name": "x"}, ["post"]),
+    "application-recycle": ({"name": "x"}, ["post"]),
+    "application-exit": ({"name": "x"}, ["post"]),
     "audit-list": ({}, ["get"]),
     "audit-detail": ({"pk": 1}, ["get"]),
     "run-heartbeat": ({"run_id": 1}, ["post"]),
     "run-progress": ({"run_id": 1}, ["post"]),
     "run-exit": ({"run_id": 1}, ["post"]),
 }
-# Drivers authenticate with their run's own token, people and scripts with API tokens.
-RUN_ENDPOINTS = {"run-heartbeat", "run-progress", "run-exit"}
+# Drivers (and shared applications' supervisors) authenticate with their own token, people
+# and scripts with API tokens.
+RUN_ENDPOINTS = {"run-heartbeat", "run-progress", "run-exit", "application-exit"}
 
 
 def test_the_list_below_covers_every_api_route():
@@ -103,7 +110,12 @@ OPERATOR_ACTIONS = {
     "pipeline-restart-now",
     "pipeline-reset-restarts",
     "connection-test",
+    "application-start",
+    "application-stop",
+    "application-recycle",
 }
+# Shared applications' definitions choose resources and Spark settings: admins only.
+ADMIN_WRITES = {"application-list", "application-detail"}
 
 
 def needed_role(name: str, method: str) -> str:
@@ -111,6 +123,8 @@ def needed_role(name: str, method: str) -> str:
         return "viewer"
     if name in OPERATOR_ACTIONS:
         return "operator"
+    if name in ADMIN_WRITES:
+        return "admin"
     return "editor"
 
 

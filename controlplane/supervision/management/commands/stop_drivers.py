@@ -1,6 +1,8 @@
-"""Stop every driver on this host (used when the development stack shuts down).
+"""Stop every driver on this host (used when the development stack shuts down): dedicated
+runs' drivers and shared applications (with their members).
 
-Desired states are left as they are, so pipelines meant to run start again with the stack.
+Desired states are left as they are, so pipelines and applications meant to run start again
+with the stack.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ import time
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
-from controlplane.definitions.models import Run, RunState
-from controlplane.supervision import launcher, reconciler
+from controlplane.definitions.models import Run, RunState, SparkApplication
+from controlplane.supervision import applications, launcher, reconciler
 
 
 class Command(BaseCommand):
@@ -22,13 +24,25 @@ class Command(BaseCommand):
 
     def handle(self, *args, timeout: float, **_):
         runs = [r for r in Run.objects.filter(state__in=RunState.active()) if launcher.alive(r)]
+        apps = [a for a in SparkApplication.objects.all() if launcher.application_alive(a)]
         for run in runs:
             launcher.request_stop(run)
+        for app in apps:
+            launcher.request_application_stop(app)  # and each of its members, gracefully
+
+        def running() -> bool:
+            return any(launcher.alive(r) for r in runs) or any(
+                launcher.application_alive(a) for a in apps
+            )
+
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and any(launcher.alive(r) for r in runs):
+        while time.monotonic() < deadline and running():
             time.sleep(0.5)
+        for app in apps:
+            if launcher.application_alive(app):
+                launcher.kill_application(app)
         for run in runs:
-            if launcher.alive(run):
+            if run.application_id is None and launcher.alive(run):
                 launcher.kill(run)
             report = launcher.exit_report(run) or {}
             reconciler.finish(
@@ -38,4 +52,6 @@ class Command(BaseCommand):
                 cause="stopped",
                 error=report.get("error_tail", ""),
             )
-        self.stdout.write(f"stopped {len(runs)} driver(s)")
+        for app in apps:
+            applications.stopped_with_host(app)
+        self.stdout.write(f"stopped {len(runs)} run(s) and {len(apps)} shared application(s)")

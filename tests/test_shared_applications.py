@@ -1,0 +1,215 @@
+"""Many pipelines in one shared Spark application, with real Spark, Kafka and Postgres.
+
+- Three pipelines share one application. One's query fails (its sink rejects a row): it is
+  restarted inside the warm application (the same process), within its restart policy, while
+  the other two keep their runs and keep committing. Then the application's driver JVM is
+  kill -9'd: every member's run ends as `application-lost`, the application is started
+  again, and all three come back. Every record is in its sink exactly once.
+- A query that does not stop when killed (its sink table is locked, so its batch hangs) gets
+  its application recycled: the other member is stopped gracefully and comes back, the stuck
+  one restarts per its policy, and nothing is lost or written twice.
+
+The reconciler is driven directly (the Celery task is a thin wrapper around it); drivers and
+applications are real detached processes that report to the test's live server.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import psycopg
+import pytest
+from django.utils import timezone
+
+from controlplane.definitions.models import (
+    Failure,
+    Pipeline,
+    Run,
+    RunState,
+    SparkApplication,
+)
+from controlplane.supervision import applications, launcher, reconciler
+from tests.kafka_helpers import produce
+from tests.test_launch_and_stop import count, new_pipeline
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
+
+POLICY = {"kind": "fixed-delay", "attempts": 10, "delay_seconds": 1}
+
+
+@pytest.fixture
+def shared(settings, tmp_path, live_server):
+    settings.CONTROLPLANE_URL = live_server.url
+    settings.CONTROLPLANE_HEARTBEAT_SECONDS = 1
+    settings.CONTROLPLANE_RUNS_ROOT = tmp_path / "runs"
+    settings.CONTROLPLANE_CHECKPOINT_ROOT = tmp_path / "checkpoints"
+    settings.CONTROLPLANE_STOP_TIMEOUT = 60
+    app = SparkApplication.objects.create(name="shared", capacity=5, driver_memory="1g")
+    yield app
+    # A failed assertion must not leave an application running for the rest of the suite.
+    for run in Run.objects.filter(state__in=RunState.active(), application__isnull=True):
+        launcher.kill(run)
+    for app in SparkApplication.objects.all():
+        if app.pid:
+            launcher.kill_application(app)
+
+
+def tick() -> None:
+    reconciler.tick(timezone.now())
+
+
+def until(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        tick()
+        if predicate():
+            return
+        time.sleep(0.5)
+    app = SparkApplication.objects.first()
+    log = ""
+    if app and app.app_dir and Path(app.app_dir, "driver.log").exists():
+        log = Path(app.app_dir, "driver.log").read_text(errors="replace")[-6000:]
+    runs = list(Run.objects.values("pipeline__name", "generation", "state", "cause", "error_tail"))
+    raise AssertionError(f"timed out waiting for {what}\napp={app and vars(app)}\n{runs}\n{log}")
+
+
+def member_pipelines(api, kafka_bootstrap, names, rows) -> dict[str, tuple[str, str]]:
+    made = {}
+    for name in names:
+        topic, table = new_pipeline(api, kafka_bootstrap, name, restart_policy=POLICY)
+        Pipeline.objects.filter(name=name).update(placement="shared")
+        produce(kafka_bootstrap, topic, ({"id": f"{name}{i}", "n": i} for i in range(rows)))
+        made[name] = (topic, table)
+        assert api.post(f"/api/pipelines/{name}/start/").status_code == 202
+    return made
+
+
+def current(name: str) -> Run:
+    return Run.objects.filter(pipeline__name=name).order_by("-generation").first()
+
+
+def exactly(sink_dsn, table, n) -> bool:
+    return count(sink_dsn, table) == (n, n)
+
+
+def driver_jvm(app: SparkApplication) -> psutil.Process:
+    supervisor = psutil.Process(app.pid)
+    return next(
+        p for p in supervisor.children(recursive=True) if p.name() == "java" or "java" in p.exe()
+    )
+
+
+def test_three_pipelines_in_one_application_fail_alone_and_come_back_after_its_loss(
+    api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, shared
+):
+    names = ["alpha", "beta", "gamma"]
+    made = member_pipelines(api, kafka_bootstrap, names, 300)
+    until(
+        lambda: all(exactly(sink_dsn, made[n][1], 300) for n in names), 240, "the first rows"
+    )
+    app = SparkApplication.objects.get(name="shared")
+    assert app.status == "running" and app.generation == 1
+    first = {n: current(n) for n in names}
+    # One process hosts the three queries: the runs name the application's supervisor.
+    assert {r.application_id for r in first.values()} == {app.pk}
+    assert {r.pid for r in first.values()} == {app.pid}
+    assert applications.with_members().get(pk=app.pk).member_count == 3
+
+    # beta's sink rejects a row: its batch fails, so its query does; the table accepts it
+    # again once the failure is recorded.
+    beta_topic, beta_table = made["beta"]
+    with psycopg.connect(sink_dsn, autocommit=True) as conn:
+        conn.execute(f'ALTER TABLE "{beta_table}" ADD CONSTRAINT reject CHECK (n <> -1)')
+    produce(kafka_bootstrap, beta_topic, [{"id": "beta-bad", "n": -1}], start=300)
+    until(lambda: Failure.objects.filter(pipeline__name="beta").exists(), 120, "beta's failure")
+    with psycopg.connect(sink_dsn, autocommit=True) as conn:
+        conn.execute(f'ALTER TABLE "{beta_table}" DROP CONSTRAINT reject')
+    for name in ("alpha", "gamma"):
+        topic, _ = made[name]
+        produce(kafka_bootstrap, topic, ({"id": f"{name}{i}", "n": i} for i in range(300, 400)))
+    until(lambda: exactly(sink_dsn, beta_table, 301), 120, "beta back, with the rejected row")
+    until(
+        lambda: all(exactly(sink_dsn, made[n][1], 400) for n in ("alpha", "gamma")),
+        60,
+        "alpha and gamma's new rows",
+    )
+    failure = Failure.objects.get(pipeline__name="beta")
+    assert failure.cause == "crashed" and "reject" in failure.message
+    beta = current("beta")
+    assert beta.generation > 1 and beta.state == "running"
+    # Restarted inside the warm application: the same process, no new JVM.
+    assert beta.pid == app.pid and beta.application_generation == app.generation
+    # The others were never touched: still their first run.
+    assert [current(n).pk for n in ("alpha", "gamma")] == [first["alpha"].pk, first["gamma"].pk]
+    assert not Failure.objects.filter(pipeline__name__in=["alpha", "gamma"]).exists()
+
+    # The application's driver JVM is kill -9'd: every member is lost with it.
+    driver_jvm(app).send_signal(signal.SIGKILL)
+    until(
+        lambda: Failure.objects.filter(cause="application-lost").count() == 3,
+        60,
+        "three application-lost failures",
+    )
+    for name in names:
+        topic, _ = made[name]
+        produce(kafka_bootstrap, topic, ({"id": f"{name}{i}", "n": i} for i in range(400, 450)))
+    expected = {"alpha": 450, "beta": 351, "gamma": 450}
+    until(
+        lambda: all(exactly(sink_dsn, made[n][1], expected[n]) for n in names),
+        240,
+        "all three back after the loss",
+    )
+    app.refresh_from_db()
+    assert (app.generation, app.restarts, app.status) == (2, 1, "running")
+    assert app.last_exit_code is not None
+    assert {current(n).application_generation for n in names} == {2}
+    assert {current(n).state for n in names} == {"running"}
+
+
+def test_a_query_that_does_not_stop_gets_its_application_recycled(
+    api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, shared, settings
+):
+    settings.CONTROLPLANE_STALL_SECONDS = 15
+    settings.CONTROLPLANE_KILL_TIMEOUT = 5
+    names = ["stuck", "bystander"]
+    made = member_pipelines(api, kafka_bootstrap, names, 200)
+    until(lambda: all(exactly(sink_dsn, made[n][1], 200) for n in names), 240, "the first rows")
+    app = SparkApplication.objects.get(name="shared")
+    bystander = current("bystander")
+
+    # The stuck pipeline's table is locked: its next batch hangs in the sink, and so does a
+    # kill of its query.
+    topic, table = made["stuck"]
+    holder = psycopg.connect(sink_dsn)
+    try:
+        holder.execute(f'LOCK TABLE "{table}" IN ACCESS EXCLUSIVE MODE')
+        produce(kafka_bootstrap, topic, ({"id": f"stuck{i}", "n": i} for i in range(200, 300)))
+        until(lambda: current("stuck").kill_requested_at is not None, 90, "the stall's kill")
+        until(
+            lambda: SparkApplication.objects.get(pk=app.pk).generation == 2,
+            120,
+            "the application recycled",
+        )
+    finally:
+        holder.rollback()
+        holder.close()
+    more = ({"id": f"bystander{i}", "n": i} for i in range(200, 260))
+    produce(kafka_bootstrap, made["bystander"][0], more)
+    until(
+        lambda: exactly(sink_dsn, table, 300) and exactly(sink_dsn, made["bystander"][1], 260),
+        240,
+        "both back after the recycle",
+    )
+    bystander.refresh_from_db()
+    assert (bystander.state, bystander.cause) == ("exited", "recycled")
+    assert not Failure.objects.filter(pipeline__name="bystander").exists()
+    stuck_run = Run.objects.get(pipeline__name="stuck", generation=1)
+    assert stuck_run.cause == "stalled"
+    assert Failure.objects.get(pipeline__name="stuck").cause == "stalled"
+    app.refresh_from_db()
+    # A recycle is no loss: not counted as a restart; why it happened is kept.
+    assert app.restarts == 0 and "did not stop" in app.recycle_reason
+    assert {current(n).application_generation for n in names} == {2}
