@@ -21,6 +21,9 @@ PAGES = {  # name: (url kwargs, method, role)
     "pipeline-diff": ({"name": "orders"}, "get", "viewer"),
     "pipeline-control": ({"name": "orders", "action": "restart"}, "post", "operator"),
     "connections": ({}, "get", "viewer"),
+    "applications": ({}, "get", "viewer"),
+    "application": ({"name": "shared"}, "get", "viewer"),
+    "application-control": ({"name": "shared", "action": "start"}, "post", "operator"),
     "pipeline-new": ({}, "get", "editor"),
     "pipeline-edit": ({"name": "orders"}, "get", "editor"),
     "connection-new": ({}, "get", "editor"),
@@ -60,9 +63,13 @@ ROLE_ORDER = [None, "viewer", "operator", "editor", "admin"]
 def test_every_page_sends_strangers_to_the_login_and_checks_the_role(
     django_user_model, pipeline, name
 ):
+    from controlplane.definitions.models import SparkApplication
+
+    SparkApplication.objects.create(name="shared")
     kwargs, method, needed = PAGES[name]
     url = reverse(name, kwargs=kwargs)
-    data = {"confirm": "orders", "reason": "role test"} if method == "post" else {}
+    confirm = kwargs.get("name", "")
+    data = {"confirm": confirm, "reason": "role test"} if method == "post" else {}
     response = getattr(Client(), method)(url, data)
     assert response.status_code == 302
     assert response["Location"].startswith(f"{reverse('login')}?next=")

@@ -73,9 +73,9 @@ def running(name: str = "shared", **extra) -> SparkApplication:
 
 def entries(name: str = "shared") -> list[str]:
     return list(
-        AuditEntry.objects.filter(application_name=name).order_by("id").values_list(
-            "action", flat=True
-        )
+        AuditEntry.objects.filter(application_name=name)
+        .order_by("id")
+        .values_list("action", flat=True)
     )
 
 
@@ -137,9 +137,7 @@ def test_an_admin_creates_reads_changes_and_deletes_an_application(admin, as_rol
     ]
 
 
-def test_writing_what_is_already_so_is_not_audited_and_observed_fields_are_read_only(
-    admin, shared
-):
+def test_writing_what_is_already_so_is_not_audited_and_observed_fields_are_read_only(admin, shared):
     response = admin.patch(
         f"{URL}shared/",
         {"capacity": 3, "status": "running", "pid": 1, "desired_state": "stopped"},
@@ -306,9 +304,10 @@ def test_members_are_the_active_runs_of_its_current_process(admin, pipeline, sha
     app = running()
     for name in ("b-pipe", "c-pipe"):
         spec = admin.get("/api/pipelines/orders/").json()["spec"]
-        assert admin.post(
-            "/api/pipelines/", {"name": name, "spec": spec}, format="json"
-        ).status_code == 201
+        assert (
+            admin.post("/api/pipelines/", {"name": name, "spec": spec}, format="json").status_code
+            == 201
+        )
     member(app, "orders", state="running")
     member(app, "b-pipe", state="starting")
     member(app, "c-pipe", generation=0, state="running")  # a process before this one
@@ -375,8 +374,9 @@ def test_stop_is_refused_while_it_has_members_or_pipelines_wanted_running_name_i
     Pipeline.objects.filter(name="orders").update(placement="shared", desired_state="running")
     response = operator.post(f"{URL}shared/stop/", {}, format="json")
     assert response.status_code == 409
-    assert "1 pipeline (orders) wanted running name it as their placement" in (
-        response.json()["detail"]
+    assert (
+        "1 pipeline (orders) wanted running name it as their placement"
+        in (response.json()["detail"])
     )
     assert SparkApplication.objects.get().desired_state == "running"
     assert entries() == ["application-create"]  # refusals change nothing
@@ -389,8 +389,7 @@ def test_recycle_asks_the_reconciler_to_replace_a_running_process_once(operator,
     response = operator.post(f"{URL}shared/recycle/", {"reason": "leak"}, format="json")
     assert response.status_code == 409
     assert response.json()["detail"] == (
-        "application 'shared' is stopped: only a starting or running application can be"
-        " recycled"
+        "application 'shared' is stopped: only a starting or running application can be recycled"
     )
     running()
     response = operator.post(f"{URL}shared/recycle/", {"reason": "driver leaks"}, format="json")
@@ -421,16 +420,16 @@ def test_delete_is_refused_while_anything_holds_the_application(admin, pipeline,
     response = admin.delete(f"{URL}shared/")
     assert response.status_code == 409
     assert response.json()["detail"] == (
-        "application 'shared' is the placement of 1 pipeline (orders): place them elsewhere"
-        " first"
+        "application 'shared' is the placement of 1 pipeline (orders): place them elsewhere first"
     )
     Pipeline.objects.filter(name="orders").update(placement="auto")
     app = running()
     run = member(app, "orders")
     response = admin.delete(f"{URL}shared/")
     assert response.status_code == 409
-    assert "still runs the queries of 1 pipeline (orders): stop them first" in (
-        response.json()["detail"]
+    assert (
+        "still runs the queries of 1 pipeline (orders): stop them first"
+        in (response.json()["detail"])
     )
     Run.objects.filter(pk=run.pk).update(state="exited")
     response = admin.delete(f"{URL}shared/")
