@@ -77,6 +77,11 @@ def test_seed_demo_is_idempotent(db, kafka_bootstrap, sink_dsn, monkeypatch):
     demo = Pipeline.objects.get(name="demo-deliveries")
     assert demo.version == 1
     assert demo.connections.count() == 2
+    # The demo runs in a shared Spark application, created with it.
+    from controlplane.definitions.models import SparkApplication
+
+    assert demo.placement == "shared"
+    assert SparkApplication.objects.filter(name="shared", desired_state="running").count() == 1
 
 
 def test_a_demo_whose_embedded_kafka_restarted_empty_gets_a_new_checkpoint(

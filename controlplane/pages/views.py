@@ -74,7 +74,7 @@ def pipeline_page(request, name: str):
             "figures": figures,
             "checkpoint": metrics.checkpoint_page(pipeline),
             "failures": _masked(pipeline.failures.select_related("run").order_by("-at")[:20]),
-            "runs": pipeline.runs.order_by("-generation")[:20],
+            "runs": pipeline.runs.select_related("application").order_by("-generation")[:20],
             "versions": versions,
             "spec_json": json.dumps(pipeline.spec, indent=2, sort_keys=True),
             "audit": AuditEntry.objects.filter(pipeline_name=pipeline.name).order_by("-at")[:20],

@@ -114,12 +114,13 @@ def place(pipeline: Pipeline) -> tuple[SparkApplication | None, str]:
 
 def request_recycle(app_id: int, generation: int | None, reason: str, now: datetime) -> bool:
     """A member's query would not stop: recycle the application (once per process)."""
-    updated = SparkApplication.objects.filter(
-        pk=app_id,
-        generation=generation,
-        status__in=TAKES_MEMBERS,
-        recycle_requested_at__isnull=True,
-    ).update(status=ApplicationStatus.RECYCLING, recycle_requested_at=now, recycle_reason=reason)
+    updated = _write(
+        app_id,
+        {"generation": generation, "status__in": TAKES_MEMBERS, "recycle_requested_at": None},
+        status=ApplicationStatus.RECYCLING,
+        recycle_requested_at=now,
+        recycle_reason=reason,
+    )
     if updated:
         log.warning("application %s: recycling it: %s", app_id, reason)
     return bool(updated)
@@ -171,11 +172,15 @@ def reconcile_application(app_id: int, now: datetime) -> str | None:
     return action
 
 
+def _write(app_id: int, conditions: dict, **changes) -> bool:
+    """The one write of an application's status (and what goes with it): a conditional
+    update, on what the caller read; False if the row had moved on."""
+    return bool(SparkApplication.objects.filter(pk=app_id, **conditions).update(**changes))
+
+
 def _set(app: SparkApplication, **changes) -> bool:
-    """The one conditional write of an application's status (and what goes with it)."""
-    updated = SparkApplication.objects.filter(
-        pk=app.pk, status=app.status, generation=app.generation
-    ).update(**changes)
+    """`_write` on the status and generation `app` was read with; `app` follows."""
+    updated = _write(app.pk, {"status": app.status, "generation": app.generation}, **changes)
     for field, value in changes.items():
         if not hasattr(value, "resolve_expression"):
             setattr(app, field, value)
@@ -325,9 +330,9 @@ def _launch(app: SparkApplication, now: datetime) -> str:
     except Exception as exc:
         log.exception("application %s: launch failed", app.name)
         attempt = app.attempt + 1
-        SparkApplication.objects.filter(
-            pk=app.pk, generation=app.generation, pid__isnull=True
-        ).update(
+        _write(
+            app.pk,
+            {"generation": app.generation, "pid": None},
             status=ApplicationStatus.RESTARTING,
             attempt=attempt,
             next_attempt_at=now + backoff(attempt),
@@ -378,6 +383,11 @@ def _recycle(app: SparkApplication, now: datetime) -> None:
 def stopped_with_host(app: SparkApplication) -> None:
     """Its process was stopped with the stack (`stop_drivers`): not a loss; it is started
     again, as desired, with the stack."""
-    SparkApplication.objects.filter(pk=app.pk, generation=app.generation).update(
-        status=ApplicationStatus.STOPPED, pid=None, process_started=None, next_attempt_at=None
+    _write(
+        app.pk,
+        {"generation": app.generation},
+        status=ApplicationStatus.STOPPED,
+        pid=None,
+        process_started=None,
+        next_attempt_at=None,
     )

@@ -19,5 +19,7 @@ def test_the_openapi_schema_describes_the_endpoints(api):
         "/api/connections/{name}/test/",
         "/api/pipelines/{name}/",
         "/api/pipelines/{name}/versions/",
+        "/api/applications/{name}/",
+        "/api/applications/{name}/recycle/",
     ):
         assert path in schema["paths"], sorted(schema["paths"])

@@ -13,11 +13,19 @@ from django.utils import timezone
 from controlplane.connections.models import Connection
 from controlplane.connections.policy import clean_connection
 from controlplane.definitions import services
-from controlplane.definitions.models import DesiredState, Pipeline, RunState, Status
+from controlplane.definitions.models import (
+    DesiredState,
+    Pipeline,
+    RunState,
+    SparkApplication,
+    Status,
+)
 from controlplane.supervision import controls
 from jobs.spec import SpecError
 
 DEMO_PIPELINE = "demo-deliveries"
+# The shared Spark application the demo runs in (pipelines added later may join it).
+DEMO_APPLICATION = "shared"
 DEMO_SPEC = {
     "source": {
         "kind": "kafka",
@@ -76,6 +84,14 @@ class Command(BaseCommand):
                 )
                 return
             self._connection("local-postgres", "postgres", {"dsn": sink_url})
+            if not SparkApplication.objects.filter(name=DEMO_APPLICATION).exists():
+                SparkApplication.objects.create(
+                    name=DEMO_APPLICATION,
+                    description="The demo's shared Spark application.",
+                    driver_memory="2g",
+                    capacity=50,
+                )
+                self.stdout.write(f"  Shared app:     {DEMO_APPLICATION} (created)")
             if not Pipeline.objects.filter(name=DEMO_PIPELINE).exists():
                 services.create_pipeline(
                     name=DEMO_PIPELINE,
@@ -84,7 +100,10 @@ class Command(BaseCommand):
                     # Running from the start; if an operator stops it, a re-run respects that.
                     desired_state="running",
                 )
-                self.stdout.write(f"  Demo pipeline:  {DEMO_PIPELINE} (created)")
+                Pipeline.objects.filter(name=DEMO_PIPELINE).update(placement=DEMO_APPLICATION)
+                self.stdout.write(
+                    f"  Demo pipeline:  {DEMO_PIPELINE} (created, in {DEMO_APPLICATION})"
+                )
             else:
                 self.stdout.write(f"  Demo pipeline:  {DEMO_PIPELINE} (exists)")
         except SpecError as exc:
