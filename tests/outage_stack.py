@@ -95,6 +95,12 @@ class OutageStack:
         self.manage("migrate", "--no-input", "-v", "0")
         self.manage("set_role", "ops", "admin", "--create")
         self.token = self.manage("create_api_token", "ops", "--name", "outage").strip()
+        self.start_web()
+        self.start_worker()
+        self.wait_for_web()
+        return self
+
+    def start_web(self) -> None:
         self.spawn(
             "web",
             [
@@ -103,14 +109,26 @@ class OutageStack:
                 "--workers", "1", "--threads", "8", "--timeout", "120",
             ],
         )  # fmt: skip
-        self.start_worker()
+
+    def wait_for_web(self) -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             with contextlib.suppress(requests.RequestException):
                 if requests.get(f"{self.url}/healthz", timeout=2).status_code in (200, 503):
-                    return self
+                    return
             time.sleep(0.3)
         raise RuntimeError(f"the web app did not start; see {self.var / 'web.log'}")
+
+    def kill(self, name: str) -> None:
+        """SIGKILL a process of the control plane (and what it started in its group)."""
+        proc = self.children.pop(name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=20)
+
+    def shell(self, code: str) -> str:
+        """Run Python in the stack's Django (manage.py shell -c); its standard output."""
+        return self.manage("shell", "-c", code)
 
     def start_worker(self) -> None:
         self.spawn(

@@ -8,6 +8,9 @@ and a real Spark driver under load).
 - PostgreSQL (the control plane's database and the sink's, one server) stopped for 30 s
   under load: /healthz says 503 meanwhile, no failure is recorded, the same run carries on by
   itself, and every record is in the sink exactly once.
+- The web app, the worker and beat are SIGKILLed under a shared Spark application: its
+  member keeps writing meanwhile, and once they are back the application and its member's
+  run are adopted as they are (same process, same run, heard again), exactly once.
 """
 
 from __future__ import annotations
@@ -191,3 +194,71 @@ def test_postgres_stopped_for_30_s_under_load_costs_a_pause_not_a_failure(stack,
     assert (after["generation"], after["state"]) == (before["generation"], "running")
     failures = stack.api("GET", f"/api/pipelines/{PIPELINE}/failures/").json()["results"]
     assert failures == [], failures
+
+
+SHARED = """
+import json
+from controlplane.definitions.models import Run, SparkApplication
+app = SparkApplication.objects.get(name="fleet")
+run = Run.objects.filter(pipeline__name="adopted").order_by("-generation").first()
+print(json.dumps({
+    "app": [app.status, app.generation, app.pid, app.restarts],
+    "run": run and [run.pk, run.generation, run.state, run.pid, run.application_generation],
+    "heard": run and run.last_heartbeat_at and run.last_heartbeat_at.timestamp(),
+}))
+"""
+
+
+def shared_state(stack: OutageStack) -> dict:
+    return json.loads(stack.shell(SHARED).strip().splitlines()[-1])
+
+
+def test_a_shared_application_is_adopted_after_web_worker_and_beat_are_killed(
+    stack, pipeline, kafka_bootstrap
+):
+    body = {"name": "fleet", "capacity": 5, "driver_memory": "1g"}
+    response = stack.api("POST", "/api/applications/", json=body)
+    assert response.status_code == 201, response.text
+    topic = new_topic(kafka_bootstrap)
+    table = f"adopted_{topic.replace('-', '_')}"
+    spec = {
+        "source": {
+            "connection": "events",
+            "topics": [topic],
+            "schema": "id STRING, n INT",
+            "starting_offsets": "earliest",
+        },
+        "sink": {"connection": "warehouse", "table": table},
+        "trigger": {"interval_seconds": 1},
+    }
+    body = {"name": "adopted", "spec": spec, "placement": "fleet"}
+    response = stack.api("POST", "/api/pipelines/", json=body)
+    assert response.status_code == 201, response.text
+    load = Load(kafka_bootstrap, topic)
+    try:
+        assert stack.api("POST", "/api/pipelines/adopted/start/").status_code == 202
+        wait(lambda: sink_counts(stack, table)[0] > 0, 240, "the member's first rows", stack)
+        before = shared_state(stack)
+        assert before["app"][0] == "running" and before["run"][2] == "running"
+        assert before["run"][3] == before["app"][2]  # the run is the application's member
+
+        stack.kill("web")
+        stack.kill("worker")  # with beat: no tick, no report is heard
+        written = sink_counts(stack, table)[0]
+        time.sleep(15)
+        assert sink_counts(stack, table)[0] > written  # it writes on without a control plane
+        back = time.time()
+        stack.start_web()
+        stack.start_worker()
+        stack.wait_for_web()
+        wait(lambda: (shared_state(stack)["heard"] or 0) > back, 60, "the member heard", stack)
+        time.sleep(5)  # a few ticks
+        after = shared_state(stack)
+        # Adopted as they were: the same process (no restart) and the same run.
+        assert after["app"] == before["app"]
+        assert after["run"] == before["run"]
+    finally:
+        produced = load.stop()
+    wait(lambda: sink_counts(stack, table)[0] >= produced, 120, f"{produced} rows", stack)
+    assert sink_counts(stack, table) == (produced, produced)  # exactly once
+    stack.api("POST", "/api/pipelines/adopted/stop/")

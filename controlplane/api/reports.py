@@ -222,3 +222,19 @@ class RunTokenScheme(OpenApiAuthenticationExtension):
             "name": "Authorization",
             "description": "Drivers only: `RunToken <key>`, the run's own token from run.json.",
         }
+
+
+class ApplicationTokenScheme(OpenApiAuthenticationExtension):
+    """Describes a shared application's supervisor's token scheme in the OpenAPI schema."""
+
+    target_class = ApplicationTokenAuthentication
+    name = "applicationToken"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": "Shared applications' supervisors only: `RunToken <key>`, the "
+            "application's own token from app.json.",
+        }

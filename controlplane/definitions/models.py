@@ -359,7 +359,11 @@ class AuditEntry(models.Model):
         verbose_name_plural = "audit entries"
 
     def __str__(self) -> str:
-        subject = self.pipeline_name or f"connection {self.connection_name}"
+        subject = self.pipeline_name or (
+            f"application {self.application_name}"
+            if self.application_name
+            else f"connection {self.connection_name}"
+        )
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {subject}"
 
 

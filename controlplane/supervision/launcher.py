@@ -91,6 +91,10 @@ def conf_problem(key: str) -> str | None:
     return "is not a setting a shared application may be given"
 
 
+def _conf_value(value) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
 def _conf_args(conf: dict[str, str]) -> list[str]:
     return [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
 
@@ -325,7 +329,8 @@ def launch_application(app: SparkApplication, token: str) -> SparkApplication:
             }
         ),
     )
-    conf = {**SHARED_CONF, **{k: str(v) for k, v in app.conf.items() if not conf_problem(k)}}
+    given = {k: _conf_value(v) for k, v in app.conf.items() if not conf_problem(k)}
+    conf = {**SHARED_CONF, **given}
     if app.executor_memory:
         conf["spark.executor.memory"] = app.executor_memory
     command = [

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from controlplane.connections.models import Connection
 from controlplane.connections.policy import clean_connection
-from controlplane.definitions import services
+from controlplane.definitions import application_services, services
 from controlplane.definitions.models import (
     DesiredState,
     Pipeline,
@@ -85,7 +85,7 @@ class Command(BaseCommand):
                 return
             self._connection("local-postgres", "postgres", {"dsn": sink_url})
             if not SparkApplication.objects.filter(name=DEMO_APPLICATION).exists():
-                SparkApplication.objects.create(
+                application_services.create_application(
                     name=DEMO_APPLICATION,
                     description="The demo's shared Spark application.",
                     driver_memory="2g",
@@ -99,8 +99,8 @@ class Command(BaseCommand):
                     description="Courier delivery status events from Kafka into Postgres.",
                     # Running from the start; if an operator stops it, a re-run respects that.
                     desired_state="running",
+                    placement=DEMO_APPLICATION,
                 )
-                Pipeline.objects.filter(name=DEMO_PIPELINE).update(placement=DEMO_APPLICATION)
                 self.stdout.write(
                     f"  Demo pipeline:  {DEMO_PIPELINE} (created, in {DEMO_APPLICATION})"
                 )
