@@ -80,8 +80,16 @@ APPLICATION_CONF_REFUSED = (
 )  # fmt: skip
 
 
+# Whatever names a class, plugin, extension or listener makes the JVM load code by name.
+LOADS_CODE = ("class", "plugin", "extension", "listener", "agent", "codec")
+
+
 def conf_problem(key: str) -> str | None:
     """Why a shared application may not be given Spark setting `key`, or None."""
+    if key in APPLICATION_CONF_ALLOWED:
+        return None
+    if any(word in key.lower() for word in LOADS_CODE):
+        return "names code for the JVM to load: not a setting a shared application may be given"
     if any(key == r or (r.endswith(".") and key.startswith(r)) for r in APPLICATION_CONF_REFUSED):
         return "is set by the control plane"
     if any(key == a or (a.endswith(".") and key.startswith(a)) for a in APPLICATION_CONF_ALLOWED):

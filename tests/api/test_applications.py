@@ -258,6 +258,7 @@ def test_spark_settings_are_checked_against_the_allow_list_each_key_named(admin,
                 "spark.sql.shuffle.partitions": "4",
                 "spark.executor.cores": {"nested": 1},
                 "spark.jars": "/tmp/x.jar",
+                "spark.sql.streaming.checkpointFileManagerClass": "evil.Manager",
                 "bad key": "1",
                 "spark.sql.adaptive.enabled": "true\n--conf spark.jars=/tmp/x.jar",
             }
@@ -275,6 +276,10 @@ def test_spark_settings_are_checked_against_the_allow_list_each_key_named(admin,
         ],
         "conf.spark.executor.cores": ["must be a string, a number or a boolean"],
         "conf.spark.jars": ["spark.jars is not a setting a shared application may be given"],
+        "conf.spark.sql.streaming.checkpointFileManagerClass": [
+            "spark.sql.streaming.checkpointFileManagerClass names code for the JVM to load: "
+            "not a setting a shared application may be given"
+        ],
         "conf.bad key": ["'bad key' is not a Spark setting's name"],
         "conf.spark.sql.adaptive.enabled": [
             "must not contain control characters (line breaks, tabs)"
