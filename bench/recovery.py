@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import socket
@@ -212,6 +213,7 @@ def main() -> int:
     import django
 
     django.setup()
+    logging.getLogger("kafka").setLevel(logging.WARNING)  # Django's console handler: INFO
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
@@ -284,7 +286,9 @@ def main() -> int:
         def found():
             row = (
                 BatchProgress.objects.filter(
-                    run__pipeline__name=name, run__generation__gt=run.generation, num_input_rows__gt=0
+                    run__pipeline__name=name,
+                    run__generation__gt=run.generation,
+                    num_input_rows__gt=0,
                 )
                 .select_related("run")
                 .order_by("reported_at")
@@ -498,7 +502,8 @@ def shared_phase(
             from_injection.append(recovered - times["injected_at"])
             refailures += run.generation - failed.generation - 1
             same_process.append(
-                run.pid == failed.pid and run.application_generation == failed.application_generation
+                run.pid == failed.pid
+                and run.application_generation == failed.application_generation
             )
             print(
                 f"query failure {i}: recorded {fail_detections[-1]:.2f} s after the member's"
