@@ -128,7 +128,8 @@ def fail_query(
     run_dir: str, sink_dsn: str, table: str, column: str, send_bad, timeout: float = 120
 ) -> dict:
     """Make a run's query fail in a real batch: its sink table gets a CHECK constraint that
-    rejects `column` = -1, then `send_bad()` produces one such record; the batch that reads
+    rejects `column` = -1 (NOT VALID: rows already there, an earlier injection's, are left
+    alone), then `send_bad()` produces one such record; the batch that reads
     it fails (every task attempt), so the query does. The constraint is dropped the moment
     the run's exit is written (RUN_DIR/exit.json: a shared application's member writes it
     when its query ended, a dedicated run's supervisor when the driver exited), so the next
@@ -140,7 +141,7 @@ def fail_query(
     exit_path = Path(run_dir, "exit.json")
     with psycopg.connect(sink_dsn, autocommit=True) as conn:
         conn.execute(
-            sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} CHECK ({} <> -1)").format(
+            sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} CHECK ({} <> -1) NOT VALID").format(
                 sql.Identifier(table), sql.Identifier(REJECT), sql.Identifier(column)
             )
         )
