@@ -7,6 +7,7 @@ written in the same transaction as the change it records.
 
 from __future__ import annotations
 
+from .audit import actor
 from .models import AuditEntry, SparkApplication
 
 # What an operator defines (takes effect at the application's next start) ...
@@ -30,8 +31,7 @@ def record(
     """Write an entry for application `name` (inside the transaction that made the change);
     `action` is e.g. `application-create`, `application-stop`."""
     return AuditEntry.objects.create(
-        actor=user if getattr(user, "pk", None) else None,
-        actor_name=user.get_username() if getattr(user, "pk", None) else "system",
+        **actor(user),
         action=action,
         application_name=name,
         reason=reason,

@@ -24,14 +24,7 @@ from .services import Conflict, Invalid
 # Pipelines' placement says "dedicated", "auto" or an application's name: those two words
 # cannot be names.
 RESERVED_NAMES = (DEDICATED, AUTO)
-DEFINITION_FIELDS = (
-    "description",
-    "master",
-    "driver_memory",
-    "executor_memory",
-    "conf",
-    "capacity",
-)
+DEFINITION_FIELDS = application_audit.DEFINITION
 MAX_CAPACITY = 1000
 MAX_CONF = 50
 MAX_CONF_VALUE = 1000

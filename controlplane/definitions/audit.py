@@ -25,17 +25,19 @@ def snapshot(pipeline: Pipeline) -> dict:
     return out
 
 
+def actor(user) -> dict:
+    """Who an entry names: the user (kept by name too), or `system` for none."""
+    known = getattr(user, "pk", None)
+    return {
+        "actor": user if known else None,
+        "actor_name": user.get_username() if known else "system",
+    }
+
+
 def record(pipeline: Pipeline, action: str, *, user, reason: str, before: dict) -> AuditEntry:
     """Write an entry (call it inside the transaction that made the change)."""
-    return AuditEntry.objects.create(
-        actor=user if getattr(user, "pk", None) else None,
-        actor_name=user.get_username() if getattr(user, "pk", None) else "system",
-        action=action,
-        pipeline=pipeline,
-        pipeline_name=pipeline.name,
-        reason=reason,
-        before=before,
-        after=snapshot(pipeline),
+    return record_with(
+        pipeline, action, user=user, reason=reason, before=before, after=snapshot(pipeline)
     )
 
 
@@ -50,8 +52,7 @@ def record_with(
 ) -> AuditEntry:
     """Like `record`, with the state after the change given (e.g. a definition snapshot)."""
     return AuditEntry.objects.create(
-        actor=user if getattr(user, "pk", None) else None,
-        actor_name=user.get_username() if getattr(user, "pk", None) else "system",
+        **actor(user),
         action=action,
         pipeline=pipeline,
         pipeline_name=pipeline.name,
@@ -78,8 +79,7 @@ def record_connection(
 ) -> AuditEntry:
     """Write an entry for a connection change (inside the transaction that made it)."""
     return AuditEntry.objects.create(
-        actor=user if getattr(user, "pk", None) else None,
-        actor_name=user.get_username() if getattr(user, "pk", None) else "system",
+        **actor(user),
         action=action,
         connection_name=name,
         reason=reason,

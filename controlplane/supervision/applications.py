@@ -250,12 +250,7 @@ def _end_members(placed: list[Run], cause: str, error: str, now: datetime) -> No
     from . import reconciler
 
     for run in placed:
-        report = launcher.exit_report(run)
-        if report is not None:
-            reconciler.record_exit(
-                run, now, exit_code=report.get("exit_code"), error=report.get("error_tail", "")
-            )
-        else:
+        if not _recorded_exit(run, now):
             reconciler.finish(
                 run,
                 now,
@@ -263,6 +258,19 @@ def _end_members(placed: list[Run], cause: str, error: str, now: datetime) -> No
                 cause=run.end_cause or cause,
                 error=run.error_tail or error,
             )
+
+
+def _recorded_exit(run: Run, now: datetime) -> bool:
+    """Record the run's end from the exit report its application wrote, if there is one."""
+    from . import reconciler
+
+    report = launcher.exit_report(run)
+    if report is None:
+        return False
+    reconciler.record_exit(
+        run, now, exit_code=report.get("exit_code"), error=report.get("error_tail", "")
+    )
+    return True
 
 
 def _running(app: SparkApplication, now: datetime) -> str | None:
@@ -314,9 +322,7 @@ def _not_running(app: SparkApplication, now: datetime) -> str | None:
         "stop_requested_at": None,
         "recycle_requested_at": None,
     }
-    app.generation += 1  # the directory is named after the new generation
-    token = launcher.prepare_application(app)
-    app.generation -= 1
+    token = launcher.prepare_application(app, changes["generation"])
     if not _set(app, **changes, app_dir=app.app_dir, host=app.host, token_digest=app.token_digest):
         return None
     app._token = token
@@ -355,14 +361,9 @@ def _recycle(app: SparkApplication, now: datetime) -> None:
     """Stop every member that can stop gracefully; once only the stuck ones are left (or
     the stop timeout has passed), kill the process (the next tick sees it gone)."""
     waiting = False
-    from . import reconciler
 
     for run in members(app):
-        report = launcher.exit_report(run)
-        if report is not None:  # stopped already, not yet recorded
-            reconciler.record_exit(
-                run, now, exit_code=report.get("exit_code"), error=report.get("error_tail", "")
-            )
+        if _recorded_exit(run, now):  # stopped already, not yet recorded
             continue
         if run.kill_requested_at is not None:
             continue  # stuck: ends with the process

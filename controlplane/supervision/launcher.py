@@ -297,12 +297,12 @@ def _cancel_assignment(run: Run) -> bool:
 # -- shared applications ------------------------------------------------------------------
 
 
-def prepare_application(app: SparkApplication) -> str:
-    """A fresh directory for the application's next process (set on `app`, with host and
-    token digest; the caller saves them before launching); returns the token."""
+def prepare_application(app: SparkApplication, generation: int) -> str:
+    """A fresh directory for the application's process of `generation` (set on `app`, with
+    host and token digest; the caller saves them before launching); returns the token."""
     root = settings.CONTROLPLANE_RUNS_ROOT / APPLICATIONS_DIR / app.name
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    app_dir = root / f"{app.generation:06d}"
+    app_dir = root / f"{generation:06d}"
     suffix = 1
     while True:
         try:
@@ -310,7 +310,7 @@ def prepare_application(app: SparkApplication) -> str:
             break
         except FileExistsError:  # left by an earlier application of the same name
             suffix += 1
-            app_dir = root / f"{app.generation:06d}.{suffix}"
+            app_dir = root / f"{generation:06d}.{suffix}"
     (app_dir / "queue").mkdir(mode=0o700)
     token = secrets.token_urlsafe(32)
     app.token_digest = digest(token)
@@ -385,15 +385,7 @@ def kill_application(app: SparkApplication) -> None:
     outlived its supervisor (found by the application's directory on its command line)."""
     if app.host and app.host != this_host():
         raise OtherHost(f"application {app.name!r} is on host {app.host}, not {this_host()}")
-    if _process(app.pid, app.process_started) is not None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(app.pid, signal.SIGKILL)
-    for stray in _strays_of(app.app_dir, HOST_SCRIPT.name):
-        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
-            if os.getpgid(stray) == stray:
-                os.killpg(stray, signal.SIGKILL)
-            else:
-                os.kill(stray, signal.SIGKILL)
+    _kill_tree(app.pid, app.process_started, app.app_dir, HOST_SCRIPT.name)
 
 
 def measure(app: SparkApplication) -> tuple[int, float] | None:
@@ -463,16 +455,22 @@ def kill(run: Run) -> bool:
         if _cancel_assignment(run) or _supervisor(run) is None:
             return True  # never claimed, or its application is gone: so is the query
         return Path(run.run_dir, "exit.json").exists()
-    if _supervisor(run) is not None:
+    _kill_tree(run.pid, run.process_started, run.run_dir, JOB_SCRIPT.name)
+    return True
+
+
+def _kill_tree(pid: int | None, started: float | None, directory: str, script: str) -> None:
+    """Kill a supervisor's process group (the supervisor proven by pid and start time), and
+    whatever it started that outlived it (found by `directory` on its command line)."""
+    if _process(pid, started) is not None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(run.pid, signal.SIGKILL)
-    for stray in _strays(run):
+            os.killpg(pid, signal.SIGKILL)
+    for stray in _strays_of(directory, script):
         with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
             if os.getpgid(stray) == stray:
                 os.killpg(stray, signal.SIGKILL)
             else:
                 os.kill(stray, signal.SIGKILL)
-    return True
 
 
 def _this_host_only(run: Run, what: str) -> None:
@@ -513,16 +511,10 @@ def _process(pid: int | None, started: float | None) -> psutil.Process | None:
     return process
 
 
-def _strays(run: Run) -> list[int]:
-    """Processes of this run (its supervisor, spark-submit's JVM, the Python driver) found
-    by their command line: it names the supervisor or the job script, and the run's
-    directory. What a lost launch or a dead supervisor left behind."""
-    if not run.run_dir or run.application_id is not None:
-        return []  # a shared run's processes are its application's
-    return _strays_of(run.run_dir, JOB_SCRIPT.name)
-
-
 def _strays_of(directory: str, script: str) -> list[int]:
+    """Processes of a run or application (its supervisor, spark-submit's JVM, the Python
+    driver) found by their command line: it names the supervisor or the driver script, and
+    `directory`. What a lost launch or a dead supervisor left behind."""
     if not directory:
         return []
     directory = os.path.normpath(directory)
