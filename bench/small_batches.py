@@ -132,6 +132,7 @@ def main() -> int:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.jars", ",".join(jvm.spark_jars()))
+        .config(map=jvm.driver_conf())
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

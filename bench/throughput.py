@@ -836,6 +836,7 @@ def main() -> int:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.jars", ",".join(jvm.spark_jars()))
+        .config(map=jvm.driver_conf())
         .getOrCreate()
     )
     startup = time.perf_counter() - started

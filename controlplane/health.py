@@ -7,7 +7,8 @@ starting another thread that would hang the same way, so a stuck dependency cost
 thread, not one per request.
 
 `database_answering()` is the same check, remembered for a second: the web app refuses
-requests at once (503) while the database does not answer, instead of letting each one hang.
+requests at once (503) while the database does not answer, instead of letting each one hang;
+a check that is merely slow (a busy machine) refuses nothing until it has run for 5 s.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import psycopg
 from django.db import connection
 
 DEADLINE_SECONDS = 0.8
+# How long the database's check may run before the web app takes the database for hung.
+HUNG_SECONDS = 5.0
 
 
 class _Probe:
@@ -30,6 +33,7 @@ class _Probe:
         self.check = check
         self.lock = threading.Lock()
         self.inflight: Future | None = None
+        self.started = 0.0  # time.monotonic() of the check in flight's start
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"health-{name}")
 
     def start(self) -> Future:
@@ -37,7 +41,15 @@ class _Probe:
         with self.lock:
             if self.inflight is None or self.inflight.done():
                 self.inflight = self.executor.submit(self.check)
+                self.started = time.monotonic()
             return self.inflight
+
+    def running_for(self) -> float:
+        """How long the check in flight has been running (0 when none is)."""
+        with self.lock:
+            if self.inflight is None or self.inflight.done():
+                return 0.0
+            return time.monotonic() - self.started
 
     @staticmethod
     def outcome(future: Future, timeout: float) -> str:
@@ -89,13 +101,21 @@ _remembered_lock = threading.Lock()
 
 
 def database_answering(max_age: float = 1.0, deadline: float = 0.5) -> bool:
-    """Whether the database answered a check in the last `max_age` seconds (checking again,
-    for at most `deadline` seconds, when that is older)."""
+    """Whether the database answers: as found by a check in the last `max_age` seconds, or
+    by checking again for at most `deadline` seconds. A check that takes longer is not yet a
+    database down: a machine whose CPUs are saturated can take seconds to connect, and
+    refusing every request then would take the control plane down with it. Until the check
+    in flight has run for HUNG_SECONDS, the last answer stands."""
     now = time.monotonic()
     with _remembered_lock:
         if now - _remembered["at"] < max_age:
             return _remembered["ok"]
-    ok = _Probe.outcome(_PROBES["database"].start(), deadline) == "ok"
+    probe = _PROBES["database"]
+    outcome = _Probe.outcome(probe.start(), deadline)
+    if outcome == "not answering" and probe.running_for() < HUNG_SECONDS:
+        with _remembered_lock:
+            return _remembered["ok"]
+    ok = outcome == "ok"
     with _remembered_lock:
         _remembered.update(at=time.monotonic(), ok=ok)
     return ok

@@ -8,10 +8,11 @@
 every jar a driver adds to `spark.jars` in jobs/java/build/jars/: controlplane-spark.jar (the
 Postgres sink's direct writer, jobs/java/src/main/java/controlplane/spark/PgCopyWriter.java,
 which runs in the executors' JVM), the Postgres JDBC driver, and Spark's Kafka connector with
-the jars it needs besides pyspark's own. The code is compiled against the jars pip's pyspark
-ships, so nothing of Spark is downloaded. Maven fetches the rest from Maven Central into
-~/.m2 once; later builds run offline. Without the jars, jobs still run: the sink uses its
-Python writer (slower, the same guarantees).
+the jars it needs besides pyspark's own; and controlplane-spark-hadoop.jar, which goes on the
+driver's class path (Hadoop's local file system without a child process per file). The code
+is compiled against the jars pip's pyspark ships, so nothing of Spark is downloaded. Maven
+fetches the rest from Maven Central into ~/.m2 once; later builds run offline. Without the
+jars, jobs still run: the sink uses its Python writer (slower, the same guarantees).
 """
 
 from __future__ import annotations
@@ -34,6 +35,14 @@ BUILD = SOURCES / "build"
 JARS = BUILD / "jars"
 JAR = JARS / "controlplane-spark.jar"
 WRITER_CLASS = "controlplane.spark.PgCopyWriter"
+# Hadoop's `file:` file system that sets permissions in the JVM (the stock one runs `chmod`
+# in a child process for each file it creates: two per batch for a streaming checkpoint).
+HADOOP_JAR = JARS / "controlplane-spark-hadoop.jar"
+LOCAL_FILE_SYSTEM = "controlplane.spark.LocalFileSystem"
+LOG_CONFIG = Path(__file__).resolve().parent / "log4j2.properties"
+FILE_SYSTEM_CHECKPOINTS = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
 # What the jars in JARS were built from (see _inputs_digest), and the pom of the last test run
 # that passed: Maven runs offline (-o) when ~/.m2 is known to hold what that pom needs.
 STAMP = BUILD / ".built"
@@ -64,12 +73,31 @@ _KAFKA_ARTIFACTS = (
 
 
 def spark_jars() -> list[str]:
-    """What a driver adds to `spark.jars` (or spark-submit --jars): every jar of the build,
-    controlplane-spark.jar first; empty when the build is missing, and the sink then writes
-    from Python."""
+    """What a driver adds to `spark.jars` (or spark-submit --jars): every jar of the build
+    but HADOOP_JAR, controlplane-spark.jar first; empty when the build is missing, and the
+    sink then writes from Python."""
     if not JAR.is_file():
         return []
-    return [str(JAR), *sorted(str(p) for p in JARS.glob("*.jar") if p != JAR)]
+    rest = sorted(str(p) for p in JARS.glob("*.jar") if p not in (JAR, HADOOP_JAR))
+    return [str(JAR), *rest]
+
+
+def driver_conf() -> dict[str, str]:
+    """Spark settings every driver of ours gets, for checkpoints on the local file system
+    that cost no child process: Spark's FileSystem-based checkpoint manager (FileContext's
+    rename runs `readlink` in one for each file) and, when built, Hadoop's `file:` file
+    system that sets permissions in the JVM (`LOCAL_FILE_SYSTEM`, on the driver's own class
+    path: Hadoop loads it before `spark.jars` are). Measured on this 2-core machine, one
+    query of empty-sink batches ran 10.2 batches/s with Spark's defaults, 44.5 with these.
+    And its logging: warnings and Spark's start-up lines (LOG_CONFIG), not every task."""
+    conf = {
+        "spark.sql.streaming.checkpointFileManagerClass": FILE_SYSTEM_CHECKPOINTS,
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}",
+    }
+    if HADOOP_JAR.is_file():
+        conf["spark.driver.extraClassPath"] = str(HADOOP_JAR)
+        conf["spark.hadoop.fs.file.impl"] = LOCAL_FILE_SYSTEM
+    return conf
 
 
 def has_kafka_connector() -> bool:

@@ -24,7 +24,7 @@ sys.path.insert(0, str(_HERE.parent))
 
 from jobs.kafka import group_commit  # noqa: E402
 from jobs.pipeline import RunConfig, start_query  # noqa: E402
-from jobs.reporting import Reporter, progress_listener  # noqa: E402
+from jobs.reporting import ProgressPoller, Reporter  # noqa: E402
 
 log = logging.getLogger("jobs.run")
 
@@ -33,11 +33,22 @@ KILL_FILE = "kill"
 POLL_SECONDS = 0.5
 
 
-def wait(query, run_dir: Path) -> None:
+def wait(query, run_dir: Path, poller: ProgressPoller | None = None) -> None:
     """Block until the query ends by itself, or stop it when asked to: gracefully (RUN_DIR/stop)
-    or at once (RUN_DIR/kill). Returns only once the query is no longer active."""
+    or at once (RUN_DIR/kill), reading its progress (`poller`) meanwhile and once more at its
+    end. Returns only once the query is no longer active."""
+    try:
+        _wait(query, run_dir, poller)
+    finally:
+        if poller is not None:
+            poller.poll()
+
+
+def _wait(query, run_dir: Path, poller: ProgressPoller | None) -> None:
     stop_file, kill_file = run_dir / STOP_FILE, run_dir / KILL_FILE
     while query.isActive:
+        if poller is not None:
+            poller.poll()
         if kill_file.exists():
             log.info("kill requested: stopping the query now")
             _stop(query)
@@ -67,35 +78,30 @@ def _stop(query) -> None:
 
 
 def serve(spark, run_dir: Path, config: RunConfig) -> None:
-    """Run one pipeline's query in `spark` until it ends (raises if it failed): its reporter
-    and consumer-group mirror around it, their listeners on `spark` alone."""
+    """Run one pipeline's query in `spark` until it ends (raises if it failed), its progress
+    read by this thread and handed to its reporter and consumer-group mirror."""
     reporter = start_reporter(config.control_plane, run_dir)
-    listeners = []
-    if reporter is not None:
-        listeners.append(progress_listener(reporter))
     mirror = None
     if config.spec.source.consumer_group:
         mirror = group_commit.GroupCommitter(config.kafka, config.spec.source.consumer_group)
-        listeners.append(group_commit.offset_mirror(mirror, config.pipeline))
-    for listener in listeners:
-        spark.streams.addListener(listener)
     try:
         if (run_dir / STOP_FILE).exists() or (run_dir / KILL_FILE).exists():
             log.info("pipeline %s: asked to stop before its query started", config.pipeline)
             return
         query = start_query(spark, config)
         log.info("query %s started (checkpoint %s)", query.id, config.checkpoint)
-        wait(query, run_dir)
+        callbacks = []
+        if reporter is not None:
+            callbacks.append(reporter.progress)
+        if mirror is not None:
+            callbacks.append(group_commit.mirror(mirror, config.pipeline))
+        on_idle = reporter.idle if reporter is not None else None
+        wait(query, run_dir, ProgressPoller(query, callbacks, on_idle))
     finally:
         if reporter is not None:
             reporter.close()
         if mirror is not None:
             mirror.close()
-        for listener in listeners:
-            try:
-                spark.streams.removeListener(listener)
-            except Exception:  # the session is going away with its application
-                log.debug("listener not removed", exc_info=True)
 
 
 def main(argv: list[str]) -> int:

@@ -60,6 +60,7 @@ def spark():
         SparkSession.builder.master("local[2]")
         .appName("controlplane-tests")
         .config("spark.jars", ",".join(jvm.spark_jars()))
+        .config(map=jvm.driver_conf())
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "1g")

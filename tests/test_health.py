@@ -4,6 +4,7 @@ refuses connections, a paused one (SIGSTOP, a partition) accepts them and never 
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 from django.test import Client
@@ -45,7 +46,9 @@ def test_healthz_names_a_paused_database_within_a_second(client, db, paused_data
     assert client.get("/healthz").json()["database"] == "not answering"
 
 
-def test_requests_get_a_503_while_the_database_does_not_answer(api, paused_database):
+def test_requests_get_a_503_while_the_database_does_not_answer(api, paused_database, monkeypatch):
+    # Taken for hung once its check has run this long (5 s by default; a slow check is not).
+    monkeypatch.setattr(health, "HUNG_SECONDS", 0.3)
     response = api.get("/api/pipelines/")
     assert response.status_code == 503
     assert "database is unavailable" in response.json()["detail"]
@@ -58,3 +61,28 @@ def test_requests_pass_when_the_database_answers(api):
     health.forget()
     assert api.get("/api/pipelines/").status_code == 200
     assert Client().get("/healthz").json()["database"] == "ok"
+
+
+def test_a_slow_check_refuses_nothing_until_it_has_run_for_hung_seconds(api, monkeypatch):
+    """A saturated machine takes seconds to open a connection: that is not a database down."""
+    real = health._database
+
+    def slow():
+        time.sleep(1.5)
+        real()
+
+    monkeypatch.setattr(
+        health, "_PROBES", {**health._PROBES, "database": health._Probe("database", slow)}
+    )
+    health.forget()
+    try:
+        started = time.monotonic()
+        assert api.get("/api/pipelines/").status_code == 200  # the check is still running
+        assert time.monotonic() - started < 1.5
+        monkeypatch.setattr(health, "HUNG_SECONDS", 0.0)
+        health.forget()
+        time.sleep(0.1)
+        # The same check, now past the (lowered) limit: refused.
+        assert api.get("/api/pipelines/").status_code == 503
+    finally:
+        health.forget()

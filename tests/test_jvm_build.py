@@ -52,3 +52,33 @@ def test_no_jar_that_pyspark_ships_is_added_again(jars):
 def test_an_up_to_date_build_runs_no_maven(jars, monkeypatch):
     monkeypatch.setattr(jvm, "_maven", lambda *args, **kwargs: pytest.fail("Maven ran"))
     assert jvm.build() == jvm.JAR
+
+
+def test_drivers_write_checkpoints_through_our_file_system(spark, tmp_path):
+    """conftest's session gets jvm.driver_conf() as every driver does: `file:` paths go
+    through controlplane.spark.LocalFileSystem (no `chmod` process per file written) and
+    checkpoints through Spark's FileSystem-based manager (no `readlink` process per rename)."""
+    conf = jvm.driver_conf()
+    assert conf["spark.hadoop.fs.file.impl"] == jvm.LOCAL_FILE_SYSTEM
+    assert conf["spark.driver.extraClassPath"] == str(jvm.HADOOP_JAR)
+    assert str(jvm.HADOOP_JAR) not in jvm.spark_jars()  # on the class path, not in spark.jars
+    path = spark._jvm.org.apache.hadoop.fs.Path(tmp_path.as_uri())
+    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
+    assert fs.getClass().getName() == jvm.LOCAL_FILE_SYSTEM
+    assert spark.conf.get("spark.sql.streaming.checkpointFileManagerClass") == (
+        jvm.FILE_SYSTEM_CHECKPOINTS
+    )
+    written = spark._jvm.org.apache.hadoop.fs.Path(tmp_path.as_uri() + "/0")
+    out = fs.create(written, True)
+    out.write(b"v1")
+    out.close()
+    assert (tmp_path / "0").read_bytes() == b"v1"
+    assert oct((tmp_path / "0").stat().st_mode & 0o777) == oct(0o644 & ~_umask())
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -29,8 +29,10 @@ from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, Ne
 
 from controlplane.observability.checkpoints import read_checkpoint
 from controlplane.supervision.restarts import classify
-from jobs.kafka.group_commit import GroupCommitter, offset_mirror
+from jobs.kafka.group_commit import GroupCommitter, mirror
 from jobs.pipeline import RunConfig, start_query
+from jobs.reporting import ProgressPoller
+from jobs.run import wait
 from tests import kafka_helpers
 from tests.kafka_helpers import new_topic, produce
 from tests.test_pipeline_postgres import run_config as pipeline_config
@@ -61,12 +63,13 @@ def tolerating_loss(config: RunConfig) -> RunConfig:
     return dataclasses.replace(config, spec=dataclasses.replace(config.spec, source=source))
 
 
-def drain(spark, config):
+def drain(spark, config, poller_callbacks=()):
+    """Run the query until the topic is drained; its progress, read as jobs.run reads it, goes
+    to `poller_callbacks`."""
     query = start_query(spark, config, available_now=True)
     try:
-        query.awaitTermination(180)
-        assert query.exception() is None, query.exception()
-        assert not query.isActive, "the query did not drain the topic in 180 s"
+        wait(query, Path(config.checkpoint).parent, ProgressPoller(query, list(poller_callbacks)))
+        assert not query.isActive, "the query did not drain the topic"
     finally:
         query.stop()
 
@@ -331,17 +334,13 @@ def mirrored(request, spark, kafka_bootstrap, tmp_path_factory) -> Mirrored:
         reader=reader,
         consumer_group=group,
     )
-    # As jobs/run.py's main() wires it (group_commit.attach), with a listener to remove.
+    # As jobs.run.serve wires it: the query's progress, read by its poller, to the mirror.
     committer = GroupCommitter(config.kafka, config.spec.source.consumer_group)
-    listener = offset_mirror(committer, config.pipeline)
-    spark.streams.addListener(listener)
     try:
-        drain(spark, config)
+        drain(spark, config, [mirror(committer, config.pipeline)])
         ends = {(topic, p): 100 for p in range(PARTITIONS)}
-        # Progress events reach listeners asynchronously, after the query ended.
         wait_until(lambda: committer.committed == ends, 30, "offsets mirrored to the group")
     finally:
-        spark.streams.removeListener(listener)
         committer.close()
     assert committer.failures == 0
     produce(kafka_bootstrap, topic, events(300, 450), start=300)

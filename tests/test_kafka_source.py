@@ -11,7 +11,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from jobs.kafka.group_commit import GroupCommitter, offset_mirror
+from jobs.kafka.group_commit import GroupCommitter, mirror
 from jobs.kafka.offsets import PLAN, flatten
 from jobs.kafka.source import KafkaDataSource, KafkaSourceOptions, KafkaStreamReader
 from tests.kafka_helpers import new_topic, produce
@@ -297,10 +297,9 @@ def test_committed_offsets_are_mirrored_to_a_consumer_group(kafka_spark, kafka_b
     produced = produce(kafka_bootstrap, topic, ({"id": i} for i in range(900)))
     group = f"cp-mirror-{topic}"
     committer = GroupCommitter({"bootstrap_servers": [kafka_bootstrap]}, group)
-    listener = offset_mirror(committer)
-    kafka_spark.streams.addListener(listener)
+    offer = mirror(committer)
     try:
-        run_available_now(
+        progress = run_available_now(
             kafka_spark,
             topic,
             kafka_bootstrap,
@@ -308,13 +307,13 @@ def test_committed_offsets_are_mirrored_to_a_consumer_group(kafka_spark, kafka_b
             "src_group",
             max_records_per_batch=400,
         )
+        for batch in progress:  # as jobs.reporting.ProgressPoller hands them on
+            offer(batch)
         last = (tmp_path / "ck" / "offsets" / "2").read_text().split("\n")[2]
         checkpoint = flatten(json.loads(last))
         assert sum(checkpoint.values()) == produced
-        # Listener events arrive asynchronously: the last batch's may come after the query ends.
         assert wait_for(lambda: committer.committed == checkpoint, timeout=20)
     finally:
-        kafka_spark.streams.removeListener(listener)
         committer.close()
     # What an external lag tool sees: the group's committed offsets, equal to the checkpoint's.
     admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)

@@ -86,3 +86,41 @@ def test_a_hung_control_plane_never_blocks_the_job():
             assert reporter.sent == 0
         finally:
             reporter.close(timeout=0.5)
+
+
+class CountingSession:
+    """requests.Session's post, answering 200 to everything and counting by kind."""
+
+    def __init__(self):
+        self.headers: dict[str, str] = {}
+        self.kinds: list[str] = []
+
+    def post(self, url, json=None, timeout=None):
+        self.kinds.append(url.rstrip("/").rsplit("/", 1)[-1])
+
+        class Answer:
+            status_code = 200
+
+            @staticmethod
+            def json():
+                return {"stop": False}
+
+        return Answer()
+
+
+def test_progress_counts_as_a_heartbeat_so_none_is_sent_while_batches_come():
+    session = CountingSession()
+    reporter = Reporter("http://cp", 1, "t", heartbeat_seconds=1.0, session=session)
+    reporter.progress(PROGRESS)
+    reporter.start()
+    try:
+        for _ in range(8):  # a batch every 0.3 s for 2.4 s
+            time.sleep(0.3)
+            reporter.progress(PROGRESS)
+        time.sleep(0.2)
+        assert "heartbeat" not in session.kinds
+        assert session.kinds.count("progress") >= 3
+        time.sleep(1.5)  # no batch for longer than the period: heartbeats again
+        assert "heartbeat" in session.kinds
+    finally:
+        reporter.close()

@@ -33,7 +33,7 @@ from controlplane.accounts.models import digest
 from controlplane.definitions.models import Pipeline, Run, SparkApplication
 from jobs.connections import kafka_client_config
 from jobs.files import write_private
-from jobs.jvm import spark_jars
+from jobs.jvm import driver_conf, spark_jars
 from jobs.supervise import write_json
 
 JOB_SCRIPT = Path(settings.BASE_DIR) / "jobs" / "run.py"
@@ -249,6 +249,7 @@ def launch(run: Run, token: str) -> Run:
 def _common_args() -> list[str]:
     return [
         *_conf_args(LONG_RUNNING_CONF),
+        *_conf_args(driver_conf()),
         *([] if settings.CONTROLPLANE_SPARK_UI_ENABLED else ["--conf", "spark.ui.enabled=false"]),
         "--conf", f"spark.pyspark.python={sys.executable}",
         # jobs/java/build/jars: the sink's JVM writer with the JDBC driver (without them it

@@ -5,9 +5,10 @@ spec's `source.consumer_group`, the end offsets of every committed batch are als
 to that consumer group (OffsetCommit, no group membership: partitions are assigned, never
 subscribed), so Burrow, kafka-consumer-groups.sh or a Prometheus exporter show the job's lag.
 
-The offsets come from each batch's progress event, which Spark posts after the batch is in
-the commit log (a source's own commit() hears of a batch only when the next one is planned,
-so it would lag a batch behind while the topic is quiet), whichever reader the pipeline uses.
+The offsets come from each batch's progress (`mirror`, a callback of
+`jobs.reporting.ProgressPoller`), which Spark records once the batch is in the commit log (a
+source's own commit() hears of a batch only when the next one is planned, so it would lag a
+batch behind while the topic is quiet), whichever reader the pipeline uses.
 Best-effort and off the batch's path: a background thread commits the newest offsets it was
 given (older ones not yet sent are skipped); a failure is logged and retried with the next
 batch, never raised into the query. The checkpoint stays the source of truth.
@@ -105,41 +106,18 @@ class GroupCommitter:
         )
 
 
-def attach(spark, client_config: dict, group: str, query_name: str) -> GroupCommitter:
-    """Mirror the committed offsets of the query named `query_name` into `group`; close the
-    returned committer when the query ends."""
-    committer = GroupCommitter(client_config, group)
-    spark.streams.addListener(offset_mirror(committer, query_name))
-    return committer
+def mirror(committer: GroupCommitter, query_name: str | None = None):
+    """A progress callback (`jobs.reporting.ProgressPoller`) that hands each batch's end
+    offsets of the query named `query_name` (any query's, if None) to `committer`."""
 
+    def offer(progress: dict) -> None:
+        if query_name is not None and progress.get("name") != query_name:
+            return  # another query
+        sources = progress.get("sources") or []
+        end = sources[0].get("endOffset") if sources else None
+        if isinstance(end, str):
+            end = json.loads(end)
+        if isinstance(end, dict) and progress.get("numInputRows"):
+            committer.offer(flatten(end))
 
-def offset_mirror(committer: GroupCommitter, query_name: str | None = None):
-    """A StreamingQueryListener that hands each committed batch's end offsets of the query
-    named `query_name` (any query's, if None) to `committer`."""
-    from pyspark.sql.streaming import StreamingQueryListener
-
-    class OffsetMirror(StreamingQueryListener):
-        def onQueryStarted(self, event) -> None:
-            pass
-
-        def onQueryProgress(self, event) -> None:
-            try:
-                progress = json.loads(event.progress.json)
-                if query_name is not None and progress.get("name") != query_name:
-                    return  # another query of this application
-                sources = progress.get("sources") or []
-                end = sources[0].get("endOffset") if sources else None
-                if isinstance(end, str):
-                    end = json.loads(end)
-                if isinstance(end, dict) and progress.get("numInputRows"):
-                    committer.offer(flatten(end))
-            except Exception:  # a listener that raises would be removed by Spark
-                log.exception("could not mirror the batch's offsets")
-
-        def onQueryIdle(self, event) -> None:
-            pass
-
-        def onQueryTerminated(self, event) -> None:
-            pass
-
-    return OffsetMirror()
+    return offer
