@@ -1214,6 +1214,7 @@ def report(args, results, settings, load_start, load_end, elapsed, machine_info)
             "window_s": args.window,
             "lag_limit_s": LAG_LIMIT_S,
             "spark_master": settings.SPARK_MASTER,
+            "application_master": settings.SPARK_APPLICATION_MASTER,
             "dedicated_driver_memory": settings.SPARK_DRIVER_MEMORY,
             "shared": shared,
             "dedicated": dedicated,

@@ -264,6 +264,13 @@ CONTROLPLANE_RUNS_ROOT = Path(env_str("CONTROLPLANE_RUNS_ROOT", str(VAR_DIR / "r
 # so a sink write broken by a database restart is retried by Spark, not fatal to the batch.
 SPARK_MASTER = env_str("SPARK_MASTER", "local[2,4]")
 SPARK_DRIVER_MEMORY = env_str("SPARK_DRIVER_MEMORY", "1g")
+# A shared application that names no master of its own. In local mode it gets more task
+# slots than the machine has cores: its members' small batches spend most of a task waiting
+# on Kafka and Postgres round trips, holding the slot meanwhile (docs/shared-applications.md).
+SPARK_APPLICATION_MASTER = env_str(
+    "SPARK_APPLICATION_MASTER",
+    "local[8,4]" if SPARK_MASTER.startswith("local") else SPARK_MASTER,
+)
 # The spark-submit to launch drivers with; empty: the one shipped with pip's pyspark.
 SPARK_SUBMIT = env_str("SPARK_SUBMIT", "")
 # The driver's Spark UI (and RPC endpoint) listen on this address (SPARK_LOCAL_IP in the

@@ -223,7 +223,10 @@ def test_per_partition_starting_offsets(kafka_spark, kafka_bootstrap, tmp_path):
     assert {(r.partition, r.offset) for r in got} == {(0, o) for o in range(15, 20)}
 
 
-BASE_MS = 1_790_000_000_000
+# An hour ago: records stamped further back than the broker's retention (7 days) are
+# deleted by it within seconds (the dev broker checks every 10 s), and a fixed date fell
+# behind it (the start-time tests then saw their records vanish midway).
+BASE_MS = (int(time.time()) - 3600) * 1000
 
 
 def test_a_start_time_finds_each_partition_first_record_at_or_after_it(kafka_bootstrap):
@@ -256,6 +259,53 @@ def test_a_start_time_finds_each_partition_first_record_at_or_after_it(kafka_boo
     assert start_at(BASE_MS - 1) == {topic: {"0": 0, "1": 0}}  # before every record
     assert start_at(BASE_MS + 1_000_000) == {topic: {"0": 50, "1": 50}}  # after: the log ends
     assert start_at(BASE_MS + 99_000) == {topic: {"0": 50, "1": 49}}
+
+
+def test_reading_a_record_tells_none_from_unknown(kafka_bootstrap, monkeypatch):
+    """record_time: a record, or None when the range holds only a transaction's commit marker;
+    a broker that does not answer raises instead of passing for an empty range (a search by
+    time would then start after records it never read)."""
+    from kafka import KafkaProducer
+
+    from jobs.kafka import metadata
+
+    topic = new_topic(kafka_bootstrap, partitions=1)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=f"tx-{topic}")
+    producer.init_transactions()
+    producer.begin_transaction()
+    for i in range(3):
+        producer.send(topic, value=b"x", partition=0, timestamp_ms=BASE_MS + i)
+    producer.commit_transaction()
+    producer.close()
+    tp = TopicPartition(topic, 0)
+    consumer = metadata.metadata_consumer({"bootstrap_servers": [kafka_bootstrap]})
+    try:
+        end = consumer.end_offsets([tp])[tp]
+        assert end == 4  # three records and the commit marker
+        assert metadata.record_time(consumer, tp, 1, end) == (1, BASE_MS + 1)
+        assert metadata.record_time(consumer, tp, 3, end) is None  # only the marker
+    finally:
+        consumer.close()
+
+    class Silent:
+        """A consumer whose fetches never come back."""
+
+        def assign(self, tps):
+            pass
+
+        def seek(self, tp, offset):
+            self.at = offset
+
+        def poll(self, **kwargs):
+            time.sleep(0.01)
+            return {}
+
+        def position(self, tp):
+            return self.at
+
+    monkeypatch.setattr(metadata, "RECORD_READ_SECONDS", 0.2)
+    with pytest.raises(TimeoutError, match="not read within"):
+        metadata.record_time(Silent(), tp, 1, end)
 
 
 def test_a_query_started_at_a_time_reads_from_there(kafka_spark, kafka_bootstrap, tmp_path):

@@ -414,3 +414,49 @@ def test_the_launch_records_the_supervisor_s_start_time(api, silent):
     launcher.kill(run)
     assert wait_for(lambda: launcher.alive(run) is False)
     assert os.path.isdir(run.run_dir)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_nudge_waits_for_a_row_the_tick_holds_and_the_tick_passes_over_it(pipeline, monkeypatch):
+    """An exit committed while the tick held the pipeline's row was passed over by the nudge
+    too (both skipped locked rows), and its restart waited for the next tick."""
+    from controlplane.definitions.models import DesiredState, Status
+
+    Pipeline.objects.filter(name="orders").update(
+        status=Status.BACKING_OFF, desired_state=DesiredState.STOPPED
+    )
+    pk = orders().pk
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_row():
+        with transaction.atomic():
+            Pipeline.objects.select_for_update().get(pk=pk)
+            held.set()
+            release.wait(10)
+        connection.close()
+
+    def holding(seconds: float) -> threading.Thread:
+        held.clear()
+        release.clear()
+        holder = threading.Thread(target=hold_the_row)
+        holder.start()
+        assert held.wait(10)
+        threading.Timer(seconds, release.set).start()
+        return holder
+
+    holder = holding(0.5)
+    assert reconciler.reconcile_pipeline(pk, timezone.now()) is None  # the tick: passes over
+    started = time.monotonic()
+    assert reconciler.reconcile_pipeline(pk, timezone.now(), wait=True) == "settle"
+    assert time.monotonic() - started >= 0.3  # it waited for the holder
+    assert orders().status == Status.STOPPED
+    holder.join()
+
+    # A row held longer than NUDGE_LOCK_WAIT: left to the tick, nothing changed meanwhile.
+    Pipeline.objects.filter(pk=pk).update(status=Status.BACKING_OFF)
+    monkeypatch.setattr(reconciler, "NUDGE_LOCK_WAIT", 0.2)
+    holder = holding(1.5)
+    assert reconciler.reconcile_pipeline(pk, timezone.now(), wait=True) is None
+    assert orders().status == Status.BACKING_OFF
+    holder.join()
+    assert reconciler.reconcile_pipeline(pk, timezone.now(), wait=True) == "settle"

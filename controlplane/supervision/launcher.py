@@ -345,7 +345,7 @@ def launch_application(app: SparkApplication, token: str) -> SparkApplication:
     command = [
         sys.executable, "-m", "jobs.supervise", "--detach", str(app_dir), "--",
         spark_submit(),
-        "--master", app.master or settings.SPARK_MASTER,
+        "--master", app.master or settings.SPARK_APPLICATION_MASTER,
         "--driver-memory", app.driver_memory or settings.SPARK_DRIVER_MEMORY,
         "--name", f"application:{app.name}",
         *_common_args(),

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 
 import requests
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Concat
 
@@ -52,6 +52,8 @@ log = logging.getLogger("controlplane.reconciler")
 
 # A run row whose launch never completed (the worker died mid-launch) is given up after this.
 LAUNCH_GRACE = timedelta(seconds=60)
+# How long a nudged reconcile waits for its pipeline's row (held by the tick, a report).
+NUDGE_LOCK_WAIT = 5.0
 
 
 def tick(now: datetime) -> dict:
@@ -99,12 +101,27 @@ def _deaf_recently(now: datetime, window: timedelta) -> bool:
     return resumed is not None and timedelta(0) <= now - resumed <= window
 
 
-def reconcile_pipeline(pipeline_id: int, now: datetime) -> str | None:
-    """One step towards the desired state for one pipeline; returns what it did."""
+def reconcile_pipeline(pipeline_id: int, now: datetime, *, wait: bool = False) -> str | None:
+    """One step towards the desired state for one pipeline; returns what it did.
+
+    The tick passes over a pipeline whose row another transaction holds (it comes again in
+    a few seconds). A nudge (`wait`: an exit report, an operator's command) waits for the
+    row instead, at most NUDGE_LOCK_WAIT: passing over it, as the tick does, lost restarts
+    whose exit was committed while the tick held the row, delaying them to the next tick."""
     with transaction.atomic():
-        pipeline = (
-            Pipeline.objects.select_for_update(skip_locked=True).filter(pk=pipeline_id).first()
-        )
+        if wait:
+            try:
+                with transaction.atomic(), connection.cursor() as cursor:
+                    cursor.execute(f"SET LOCAL lock_timeout = '{int(NUDGE_LOCK_WAIT * 1000)}ms'")
+                    pipeline = _lock_pipeline(pipeline_id)
+                    cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
+            except OperationalError:  # lock_timeout: the next tick does it
+                log.warning("pipeline %s: its row stayed locked; left to the tick", pipeline_id)
+                return None
+        else:
+            pipeline = (
+                Pipeline.objects.select_for_update(skip_locked=True).filter(pk=pipeline_id).first()
+            )
         if pipeline is None:
             return None  # deleted, or another worker holds it right now
         run = pipeline.runs.filter(state__in=RunState.active()).first()

@@ -22,7 +22,7 @@ def reconcile() -> dict:
 @shared_task(name="controlplane.supervision.tasks.reconcile_pipeline", ignore_result=True)
 def reconcile_pipeline(pipeline_id: int) -> str | None:
     """Act on one pipeline now (after an operator's command) instead of at the next tick."""
-    return reconciler.reconcile_pipeline(pipeline_id, timezone.now())
+    return reconciler.reconcile_pipeline(pipeline_id, timezone.now(), wait=True)
 
 
 # Nudges are sent from one background thread, so a request never waits on the broker: with

@@ -12,6 +12,8 @@ from .auth import check_sasl_login
 
 # How long a trigger may spend confirming log ends before trusting ListOffsets alone.
 END_OFFSET_CHECK_SECONDS = 2.0
+# How long reading one record (for its timestamp) may take before it counts as a failure.
+RECORD_READ_SECONDS = 10.0
 
 
 def log_bounds(consumer, partitions) -> tuple[dict, dict]:
@@ -66,10 +68,15 @@ def metadata_consumer(client_config: dict):
 
 
 def record_time(consumer, tp, offset: int, end: int) -> tuple[int, int] | None:
-    """The first record at or after `offset` (before `end`): its offset and timestamp."""
+    """The first record at or after `offset` (before `end`): its offset and timestamp; None
+    when there is none (what lies between is control records or compacted away).
+
+    Raises TimeoutError when the broker did not say within RECORD_READ_SECONDS: an unknown
+    is never taken for an absence (a search by time would then start after records it never
+    saw)."""
     consumer.assign([tp])
     consumer.seek(tp, offset)
-    deadline = time.monotonic() + END_OFFSET_CHECK_SECONDS
+    deadline = time.monotonic() + RECORD_READ_SECONDS
     while time.monotonic() < deadline:
         for record in consumer.poll(timeout_ms=100, max_records=50, update_offsets=False).get(
             tp, []
@@ -78,4 +85,11 @@ def record_time(consumer, tp, offset: int, end: int) -> tuple[int, int] | None:
                 return record.offset, record.timestamp
             if record.offset >= end:
                 return None
-    return None
+        # A fetch that returned no record moves the position past what it skipped (control
+        # batches): past `end`, the range holds no record.
+        if consumer.position(tp) >= end:
+            return None
+    raise TimeoutError(
+        f"{tp.topic}[{tp.partition}]: the record at offset {offset} was not read within"
+        f" {RECORD_READ_SECONDS:g} s"
+    )

@@ -306,7 +306,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         The broker's answer is checked against the records around it; where it is wrong
         (some Kafka-compatible brokers keep no time index), the offset is found by a binary
-        search over the records' own timestamps.
+        search over the records' own timestamps. A record that cannot be read in time fails
+        the lookup (TimeoutError, the query's start fails and is retried by its policy): an
+        unread record taken for a missing one would start the query after it.
         """
         from kafka import TopicPartition
 
