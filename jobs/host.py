@@ -22,6 +22,7 @@ Spark session is up; APP_DIR/stop stops every member gracefully, then the applic
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -45,6 +46,7 @@ TAKEN = ".taken"
 READY = "ready.json"
 POLL_SECONDS = 0.2
 ERROR_TAIL_CHARS = 8000
+MEMBER_PARTITIONS = 1
 
 
 class Member(threading.Thread):
@@ -59,7 +61,11 @@ class Member(threading.Thread):
     def run(self) -> None:
         code, error = 0, ""
         try:
-            config = RunConfig.load(self.run_dir / "run.json")
+            # A member's batches are not split over the application's task slots: the
+            # members are the parallelism (RunConfig.default_partitions).
+            config = dataclasses.replace(
+                RunConfig.load(self.run_dir / "run.json"), default_partitions=MEMBER_PARTITIONS
+            )
             session = self.spark.newSession()
             # Jobs of this thread (and of the query's stream thread, which inherits it) share
             # the driver's scheduler fairly with the other members.

@@ -44,6 +44,12 @@ class RunConfig:
     run_dir: str
     # Where to send heartbeats and progress: url, run_id, token, heartbeat_seconds.
     control_plane: dict[str, Any] | None = None
+    # The input partitions of a spec that names none (source.min_partitions). None: the
+    # application's parallelism (a dedicated driver's cores, each a task of every batch). A
+    # shared application's members take 1, the topic's own partitions: there the many
+    # queries are the parallelism, and splitting each small batch into one task per slot
+    # multiplies its fixed cost (a task, a Postgres transaction and marker) by the slots.
+    default_partitions: int | None = None
 
     @classmethod
     def load(cls, path: str | Path) -> RunConfig:
@@ -83,6 +89,15 @@ def kafka_connector_loaded(spark) -> bool:
     return True
 
 
+def min_partitions(spark, config: RunConfig) -> int:
+    """The input partitions a batch is split into at least (the topic's, when it has more)."""
+    return (
+        config.spec.source.min_partitions
+        or config.default_partitions
+        or spark.sparkContext.defaultParallelism
+    )
+
+
 def choose_reader(spark, config: RunConfig) -> readers.Pin:
     """The reader (and, for Spark's connector, the input partitions) this run uses: the
     checkpoint's when it has one, else the spec's or the default; then kept with it."""
@@ -90,7 +105,7 @@ def choose_reader(spark, config: RunConfig) -> readers.Pin:
     pinned = readers.read_pin(config.checkpoint)
     pin = readers.decide(
         src.reader,
-        src.min_partitions or spark.sparkContext.defaultParallelism,
+        min_partitions(spark, config),
         pinned,
         connector=kafka_connector_loaded(spark),
         replay_pending=readers.replay_pending(config.checkpoint),
@@ -128,7 +143,7 @@ def source_frame(spark, config: RunConfig, pin: readers.Pin | None = None):
         .option("config_file", config.kafka_config_file())
         .option("max_records_per_batch", str(src.max_records_per_batch))
         .option("fail_on_data_loss", str(src.fail_on_data_loss).lower())
-        .option("min_partitions", str(src.min_partitions or spark.sparkContext.defaultParallelism))
+        .option("min_partitions", str(min_partitions(spark, config)))
     )
     if since is not None:
         reader = reader.option("starting_timestamp", str(since))

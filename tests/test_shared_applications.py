@@ -15,6 +15,7 @@ applications are real detached processes that report to the test's live server.
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from pathlib import Path
@@ -32,6 +33,7 @@ from controlplane.definitions.models import (
     SparkApplication,
 )
 from controlplane.supervision import applications, launcher, reconciler
+from jobs.kafka import readers
 from tests.kafka_helpers import produce
 from tests.test_launch_and_stop import count, new_pipeline
 
@@ -116,6 +118,11 @@ def test_three_pipelines_in_one_application_fail_alone_and_come_back_after_its_l
     assert {r.application_id for r in first.values()} == {app.pk}
     assert {r.pid for r in first.values()} == {app.pid}
     assert applications.with_members().get(pk=app.pk).member_count == 3
+    # A member's batches are not split over the application's task slots (8 in local mode):
+    # one input partition at least, i.e. the topic's own (RunConfig.default_partitions).
+    for run in first.values():
+        checkpoint = json.loads((Path(run.run_dir) / "run.json").read_text())["checkpoint"]
+        assert readers.read_pin(checkpoint).min_partitions == 1
 
     # beta's sink rejects a row: its batch fails, so its query does; the table accepts it
     # again once the failure is recorded.
