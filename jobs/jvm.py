@@ -89,7 +89,7 @@ def driver_conf() -> dict[str, str]:
     system that sets permissions in the JVM (`LOCAL_FILE_SYSTEM`, on the driver's own class
     path: Hadoop loads it before `spark.jars` are). Measured on this 2-core machine, one
     query of empty-sink batches ran 10.2 batches/s with Spark's defaults, 44.5 with these.
-    And its logging: warnings and Spark's start-up lines (LOG_CONFIG), not every task."""
+    And its logging: warnings and where the UI listens (LOG_CONFIG), not every task."""
     conf = {
         "spark.sql.streaming.checkpointFileManagerClass": FILE_SYSTEM_CHECKPOINTS,
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}",
