@@ -96,6 +96,26 @@ def test_fixed_delay_restarts_after_its_delay_and_gives_up_after_its_attempts(ap
     assert orders().status == "backing-off"
 
 
+def test_a_restart_with_no_delay_is_launched_in_the_step_that_sees_the_exit(api, standin):
+    """Whoever sees the exit first (the tick, before the driver's report arrives) restarts a
+    policy due at once: not a tick later."""
+    t = start(api, {"kind": "fixed-delay", "attempts": 2, "delay_seconds": 0})
+    assert step(t) == "start"
+    for generation in (2, 3):
+        deadline = time.monotonic() + 30
+        action = None
+        while action is None and time.monotonic() < deadline:
+            action = step(t)
+            time.sleep(0.05)
+        assert action == "crashed, start"
+        run = Run.objects.get(pipeline=orders(), state__in=RunState.active())
+        assert run.generation == generation
+        assert orders().restarts == generation - 1
+    assert until_it_ends(t) == "crashed"  # the third failure: the policy gives up
+    assert orders().status == "failed"
+    assert not Run.objects.filter(pipeline=orders(), state__in=RunState.active()).exists()
+
+
 def test_exponential_delay_waits_longer_after_each_failure(api, standin):
     t = start(
         api,

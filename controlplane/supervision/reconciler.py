@@ -125,16 +125,21 @@ def reconcile_pipeline(pipeline_id: int, now: datetime, *, wait: bool = False) -
         if pipeline is None:
             return None  # deleted, or another worker holds it right now
         run = pipeline.runs.filter(state__in=RunState.active()).first()
+        observed = None
         if run is not None:
-            return _observe(pipeline, run, now)
+            observed = _observe(pipeline, run, now)
+            if observed is None or not _restart_due_now(pipeline, run, now):
+                return observed
+            # It ended, and its policy restarts it now (a delay of 0): in this same step, not
+            # a tick later (the tick, not the exit report, may be the first to see an exit).
         observation = Observation.IDLE
         if pipeline.status == Status.BACKING_OFF and pipeline.desired_state == DesiredState.RUNNING:
             if pipeline.next_attempt_at and now < pipeline.next_attempt_at:
-                return None  # the policy's delay is not over yet
+                return observed  # the policy's delay is not over yet
             observation = Observation.RESTART_DUE
         found = transitions.step(pipeline.status, pipeline.desired_state, observation)
         if found is None:
-            return None  # e.g. failed: the policy gave up, an operator starts it again
+            return observed  # e.g. failed: the policy gave up, an operator starts it again
         if found.action is Action.SETTLE:
             if found.status == pipeline.status and pipeline.next_attempt_at is None:
                 return None  # at rest already
@@ -145,12 +150,28 @@ def reconcile_pipeline(pipeline_id: int, now: datetime, *, wait: bool = False) -
             return "settle"
         started = _new_run(pipeline, now, observation)
         if started is None:
-            return None
+            return observed
     # Outside the transaction: the run row (with its token digest, directory and host) is
     # committed before any process exists, so a crash here leaves a visible 'starting' run
     # whose driver, if any, is refused (409) and found by its directory, never an untracked one.
     run, token = started
-    return _launch(run, token, now)
+    launched = _launch(run, token, now)
+    return f"{observed}, {launched}" if observed else launched
+
+
+def _restart_due_now(pipeline: Pipeline, run: Run, now: datetime) -> bool:
+    """Whether observing `run` just ended it and left its pipeline backing off with the
+    restart already due."""
+    run.refresh_from_db(fields=["state"])
+    if run.state in RunState.active():
+        return False
+    pipeline.refresh_from_db()
+    return (
+        pipeline.status == Status.BACKING_OFF
+        and pipeline.desired_state == DesiredState.RUNNING
+        and pipeline.next_attempt_at is not None
+        and pipeline.next_attempt_at <= now
+    )
 
 
 def _set_message(pipeline: Pipeline, message: str) -> None:
