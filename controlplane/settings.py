@@ -273,6 +273,9 @@ SPARK_APPLICATION_MASTER = env_str(
 )
 # The spark-submit to launch drivers with; empty: the one shipped with pip's pyspark.
 SPARK_SUBMIT = env_str("SPARK_SUBMIT", "")
+# A standalone master's web UI (`./stack cluster` prints it), linked from the pages of
+# applications and pipelines that run on a spark:// master.
+SPARK_MASTER_UI_URL = env_str("SPARK_MASTER_UI_URL", "")
 # The driver's Spark UI (and RPC endpoint) listen on this address (SPARK_LOCAL_IP in the
 # driver's environment): loopback by default. "*": Spark's own default, every interface.
 CONTROLPLANE_SPARK_UI_HOST = env_str("CONTROLPLANE_SPARK_UI_HOST", "127.0.0.1")

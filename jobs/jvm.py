@@ -90,12 +90,17 @@ def driver_conf() -> dict[str, str]:
     path: Hadoop loads it before `spark.jars` are). Measured on this 2-core machine, one
     query of empty-sink batches ran 10.2 batches/s with Spark's defaults, 44.5 with these.
     And its logging: warnings and where the UI listens (LOG_CONFIG), not every task."""
+    logging = f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}"
     conf = {
         "spark.sql.streaming.checkpointFileManagerClass": FILE_SYSTEM_CHECKPOINTS,
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}",
+        "spark.driver.extraJavaOptions": logging,
+        # Executors of a cluster (in local mode they are the driver's JVM): the same paths,
+        # which a standalone cluster on this host reaches (docs/deployment.md: other hosts).
+        "spark.executor.extraJavaOptions": logging,
     }
     if HADOOP_JAR.is_file():
         conf["spark.driver.extraClassPath"] = str(HADOOP_JAR)
+        conf["spark.executor.extraClassPath"] = str(HADOOP_JAR)
         conf["spark.hadoop.fs.file.impl"] = LOCAL_FILE_SYSTEM
     return conf
 

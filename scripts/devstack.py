@@ -89,6 +89,10 @@ def wait_for(what: str, check, timeout: float, logfile: Path | None = None) -> N
 
 
 def pid_alive(pid: int) -> bool:
+    # A child of ours that died is a zombie until reaped, and signal 0 still reaches it.
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -594,6 +598,153 @@ class Kafka(Service):
             terminate(pid, timeout=60)
 
 
+# --- Spark standalone cluster (optional: ./stack cluster) -------------------------------
+
+
+SPARK_MASTER_PORT = int(os.environ.get("CONTROLPLANE_SPARK_MASTER_PORT", "57077"))
+SPARK_MASTER_UI_PORT = int(os.environ.get("CONTROLPLANE_SPARK_MASTER_UI_PORT", "58080"))
+
+
+def spark_home() -> Path:
+    """pip's pyspark is a Spark distribution's jars and scripts (without sbin/)."""
+    import importlib.util
+
+    found = importlib.util.find_spec("pyspark")
+    if found is None or not found.origin:
+        raise StackError("pyspark is not installed in the project's venv: run ./stack")
+    return Path(found.origin).parent
+
+
+class SparkCluster(Service):
+    """A Spark standalone master and `workers` workers on loopback, started from pip's jars
+    with `spark-class` (pip ships no sbin/start-master.sh). Each worker offers `cores` cores
+    and `memory` to executors and keeps their work directories (logs, fetched files) in
+    var/spark/worker-N. Starting it again starts only what is not running, so a worker
+    that died comes back."""
+
+    def __init__(
+        self,
+        workers: int = 2,
+        *,
+        var: Path | None = None,
+        port: int = SPARK_MASTER_PORT,
+        ui_port: int = SPARK_MASTER_UI_PORT,
+        cores: int = 2,
+        memory: str = "2g",
+    ) -> None:
+        super().__init__("spark")
+        self.dir = (var or VAR) / "spark"
+        self.logs = (var or VAR) / "log"
+        self.workers = workers
+        self.port, self.ui_port = port, ui_port
+        self.cores, self.memory = cores, memory
+        self.url = f"spark://127.0.0.1:{port}"
+        self.ui_url = f"http://127.0.0.1:{ui_port}"
+        self.env = {"SPARK_MASTER": self.url, "SPARK_MASTER_UI_URL": self.ui_url}
+
+    def _pidfile(self, role: str) -> Path:
+        return self.dir / f"{role}.pid"
+
+    def pid(self, role: str) -> int | None:
+        """The pid of `master` or `worker-N`, if it runs."""
+        return read_pid(self._pidfile(role))
+
+    def running(self) -> bool:
+        return self.pid("master") is not None and port_open(self.port)
+
+    def status(self) -> dict:
+        """The master's view (its UI's JSON): workers, applications."""
+        import json
+        import urllib.request
+
+        with urllib.request.urlopen(f"{self.ui_url}/json/", timeout=5) as answer:  # noqa: S310
+            return json.load(answer)
+
+    def alive_workers(self) -> int:
+        try:
+            return int(self.status().get("aliveworkers", 0))
+        except (OSError, ValueError):
+            return 0
+
+    def _spawn(self, role: str, main_class: str, *args: str) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        home = spark_home()
+        env = {
+            **os.environ,
+            "SPARK_HOME": str(home),
+            "SPARK_NO_DAEMONIZE": "1",
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYSPARK_PYTHON": PY,
+        }
+        with open(self.logs / f"spark-{role}.log", "ab") as out:
+            proc = subprocess.Popen(
+                [str(home / "bin" / "spark-class"), main_class, *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.dir,
+                env=env,
+                start_new_session=True,
+            )
+        self._pidfile(role).write_text(str(proc.pid))
+        self.started_here = True
+
+    def start(self) -> None:
+        if not self.running():
+            for port, variable in (
+                (self.port, "CONTROLPLANE_SPARK_MASTER_PORT"),
+                (self.ui_port, "CONTROLPLANE_SPARK_MASTER_UI_PORT"),
+            ):
+                if port_open(port):
+                    raise StackError(f"port {port} is taken by another program: set {variable}")
+            log(f"starting a Spark standalone master on {self.url} (UI {self.ui_url})")
+            self._spawn(
+                "master",
+                "org.apache.spark.deploy.master.Master",
+                "--host", "127.0.0.1",
+                "--port", str(self.port),
+                "--webui-port", str(self.ui_port),
+            )  # fmt: skip
+            wait_for(
+                "the Spark master",
+                lambda: port_open(self.port) and port_open(self.ui_port),
+                60,
+                self.logs / "spark-master.log",
+            )
+        for n in range(1, self.workers + 1):
+            role = f"worker-{n}"
+            if self.pid(role) is not None:
+                continue
+            work = self.dir / role
+            work.mkdir(parents=True, exist_ok=True)
+            log(f"starting Spark {role} ({self.cores} cores, {self.memory})")
+            self._spawn(
+                role,
+                "org.apache.spark.deploy.worker.Worker",
+                "--host", "127.0.0.1",
+                "--cores", str(self.cores),
+                "--memory", self.memory,
+                "--work-dir", str(work),
+                "--webui-port", "0",
+                self.url,
+            )  # fmt: skip
+        wait_for(
+            f"{self.workers} Spark workers registered with the master",
+            lambda: self.alive_workers() >= self.workers,
+            90,
+            self.logs / "spark-worker-1.log",
+        )
+
+    def stop(self) -> None:
+        roles = [f"worker-{n}" for n in range(1, self.workers + 1)] + ["master"]
+        for role in roles:
+            pid = self.pid(role)
+            if pid:
+                log(f"stopping Spark {role}")
+                terminate(pid, timeout=20)
+
+
 def terminate(pid: int, timeout: float = 10.0) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
@@ -672,14 +823,47 @@ def cmd_services(stack: Stack) -> int:
     return 0
 
 
+def cmd_cluster(args: list[str]) -> int:
+    """A standalone cluster left running in the background (`./stack stop` stops it)."""
+    try:
+        workers = int(args[0]) if args else 2
+    except ValueError:
+        workers = 0
+    if workers < 1:
+        raise StackError(
+            f"cluster: the number of workers must be a whole number >= 1, not {args[0]!r}"
+        )
+    cluster = SparkCluster(workers)
+    with open(_lock_path(), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cluster.start()
+    (VAR / "spark" / "workers").write_text(str(workers))
+    for key, value in cluster.env.items():
+        print(f"export {key}={shlex.quote(value)}")
+    return 0
+
+
+def _lock_path() -> Path:
+    VAR.mkdir(parents=True, exist_ok=True)
+    return VAR / ".stack.lock"
+
+
+def _cluster() -> SparkCluster:
+    try:
+        workers = int((VAR / "spark" / "workers").read_text())
+    except (OSError, ValueError):
+        workers = 2
+    return SparkCluster(workers)
+
+
 def cmd_status(_stack: Stack) -> int:
-    for service in (Postgres(), Redis(), Kafka()):
+    for service in (Postgres(), Redis(), Kafka(), _cluster()):
         print(f"{service.name:9} {'running' if service.running() else 'stopped'}")
     return 0
 
 
 def cmd_stop(_stack: Stack) -> int:
-    for service in (Kafka(), Redis(), Postgres()):
+    for service in (_cluster(), Kafka(), Redis(), Postgres()):
         if service.running():
             service.stop()
     return 0
@@ -852,6 +1036,8 @@ def main(argv: list[str]) -> int:
             return cmd_test(stack, rest)
         if command == "services":
             return cmd_services(stack)
+        if command == "cluster":
+            return cmd_cluster(rest)
         if command == "status":
             return cmd_status(stack)
         if command == "stop":

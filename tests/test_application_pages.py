@@ -94,6 +94,31 @@ def test_the_application_page_shows_members_definition_and_last_error(
     assert client_with(django_user_model, "viewer").get("/applications/nope/").status_code == 404
 
 
+def test_pages_link_the_standalone_master_s_ui_for_what_runs_on_it(
+    django_user_model, pipeline, shared, settings
+):
+    settings.SPARK_MASTER_UI_URL = "http://127.0.0.1:58080"
+    settings.SPARK_APPLICATION_MASTER = "local[8,4]"
+    settings.SPARK_MASTER = "local[2,4]"
+    client = client_with(django_user_model, "viewer")
+
+    def links(url: str) -> list[str]:
+        html = client.get(url).content.decode()
+        return re.findall(r'<a href="([^"]+)"[^>]*data-master-ui', html)
+
+    app_page, pipeline_page = (
+        reverse("application", args=["shared"]),
+        reverse("pipeline", args=["orders"]),
+    )
+    assert links(app_page) == [] and links(pipeline_page) == []  # local mode: no master UI
+    SparkApplication.objects.filter(name="shared").update(master="spark://127.0.0.1:57077")
+    assert links(app_page) == ["http://127.0.0.1:58080"]
+    settings.SPARK_MASTER = "spark://127.0.0.1:57077"
+    assert links(pipeline_page) == ["http://127.0.0.1:58080"]  # a dedicated pipeline
+    Pipeline.objects.filter(name="orders").update(placement="shared")
+    assert links(pipeline_page) == []  # its runs are the application's
+
+
 def test_operators_control_it_from_the_page_and_refusals_say_why(
     django_user_model, pipeline, shared
 ):

@@ -3,6 +3,7 @@ last error and the operators' controls). Defining them is for admins (API, Djang
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
@@ -59,6 +60,11 @@ def _shown(app: SparkApplication) -> SparkApplication:
     app.members_now = controls.member_count(app)
     app.rss_mib = None if app.rss_bytes is None else app.rss_bytes / MIB
     app.symbol = STATUS_SYMBOLS.get(app.status, "?")
+    app.effective_master = app.master or settings.SPARK_APPLICATION_MASTER
+    # The standalone master's UI, which lists the application, its executors and workers.
+    app.master_ui_url = (
+        settings.SPARK_MASTER_UI_URL if app.effective_master.startswith("spark://") else ""
+    )
     return app
 
 

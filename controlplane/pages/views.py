@@ -81,6 +81,10 @@ def pipeline_page(request, name: str):
             "controls": detail.CONTROLS,
             "dangerous": detail.DANGEROUS,
             "can_operate": has_role(request.user, OPERATOR),
+            "dedicated_master": settings.SPARK_MASTER,
+            "master_ui_url": (
+                settings.SPARK_MASTER_UI_URL if settings.SPARK_MASTER.startswith("spark://") else ""
+            ),
         },
     )
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import hashlib
 import json
 import os
 import secrets
@@ -23,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import psutil
@@ -238,7 +240,7 @@ def launch(run: Run, token: str) -> Run:
         "--master", settings.SPARK_MASTER,
         "--driver-memory", settings.SPARK_DRIVER_MEMORY,
         "--name", f"pipeline:{pipeline.name}",
-        *_common_args(),
+        *_common_args(settings.SPARK_MASTER),
         str(JOB_SCRIPT), str(run_dir),
     ]  # fmt: skip
     run.pid = spawn(command, driver_env())
@@ -246,8 +248,9 @@ def launch(run: Run, token: str) -> Run:
     return run
 
 
-def _common_args() -> list[str]:
+def _common_args(master: str) -> list[str]:
     return [
+        *_python_files(master),
         *_conf_args(LONG_RUNNING_CONF),
         *_conf_args(driver_conf()),
         *([] if settings.CONTROLPLANE_SPARK_UI_ENABLED else ["--conf", "spark.ui.enabled=false"]),
@@ -256,6 +259,37 @@ def _common_args() -> list[str]:
         # writes from Python) and Spark's Kafka connector.
         *(["--jars", ",".join(jars)] if (jars := spark_jars()) else []),
     ]  # fmt: skip
+
+
+def _python_files(master: str) -> list[str]:
+    """Executors outside the driver's JVM (any master but local) import our job code from
+    an archive Spark ships to them; in local mode Python workers find it where the driver
+    does."""
+    if master.startswith("local"):
+        return []
+    return ["--py-files", str(jobs_archive())]
+
+
+def jobs_archive() -> Path:
+    """jobs/ (its Python modules) as a zip for --py-files, one per content: a driver
+    launched while jobs/ changes gets a whole archive, never a half-written one."""
+    root = Path(settings.BASE_DIR)
+    sources = sorted((root / "jobs").rglob("*.py"))
+    content = hashlib.sha256()
+    for path in sources:
+        content.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    folder = settings.CONTROLPLANE_RUNS_ROOT / "_jobs"
+    archive = folder / f"jobs-{content.hexdigest()[:16]}.zip"
+    if archive.is_file():
+        return archive
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    partial = archive.with_suffix(f".{os.getpid()}.partial")
+    with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as out:
+        for path in sources:
+            if "__pycache__" not in path.parts:
+                out.write(path, path.relative_to(root).as_posix())
+    partial.replace(archive)
+    return archive
 
 
 def assign(run: Run, token: str) -> Run:
@@ -342,13 +376,14 @@ def launch_application(app: SparkApplication, token: str) -> SparkApplication:
     conf = {**SHARED_CONF, **given}
     if app.executor_memory:
         conf["spark.executor.memory"] = app.executor_memory
+    master = app.master or settings.SPARK_APPLICATION_MASTER
     command = [
         sys.executable, "-m", "jobs.supervise", "--detach", str(app_dir), "--",
         spark_submit(),
-        "--master", app.master or settings.SPARK_APPLICATION_MASTER,
+        "--master", master,
         "--driver-memory", app.driver_memory or settings.SPARK_DRIVER_MEMORY,
         "--name", f"application:{app.name}",
-        *_common_args(),
+        *_common_args(master),
         *_conf_args(conf),
         str(HOST_SCRIPT), str(app_dir),
     ]  # fmt: skip
