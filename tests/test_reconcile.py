@@ -24,7 +24,7 @@ def test_a_tick_records_itself_and_is_idempotent(pipeline):
     now = datetime(2026, 1, 1, tzinfo=UTC)
     first = reconciler.tick(now)
     second = reconciler.tick(now)
-    assert first == second == {"pipelines": 1, "actions": {}}
+    assert first == second == {"pipelines": 1, "visited": 0, "actions": {}}
     state = ReconcilerState.objects.get()
     assert (state.ticks, state.last_tick_at) == (2, now)
     assert Pipeline.objects.get(name="orders").status == "stopped"

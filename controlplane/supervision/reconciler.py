@@ -1,9 +1,10 @@
 """The reconcile tick: compare desired state with what is observed, and act.
 
-Level-based and idempotent: every tick looks at each pipeline afresh, so a lost, late or
-duplicated tick is harmless. Each pipeline is handled under its row lock (skipped if another
-worker holds it), and the database refuses a second active run for one pipeline, so two
-workers can never start two drivers.
+Level-based and idempotent: every tick looks afresh at each pipeline that is not at rest
+(`controlplane.supervision.attention` finds them: a healthy running pipeline, or a stopped
+one, is not visited), so a lost, late or duplicated tick is harmless. Each pipeline is
+handled under its row lock (skipped if another worker holds it), and the database refuses a
+second active run for one pipeline, so two workers can never start two drivers.
 
 A run that ends without being asked to is a failure: it is recorded (the pipeline's
 exceptions history) and the pipeline's restart policy (`controlplane.supervision.restarts`) decides
@@ -44,7 +45,7 @@ from controlplane.definitions.models import (
 from controlplane.redaction import redact
 from jobs.spec import parse_spec
 
-from . import applications, launcher, restarts, transitions
+from . import applications, attention, launcher, restarts, silence, transitions
 from .status import transition
 from .transitions import Action, Observation
 
@@ -61,7 +62,8 @@ def tick(now: datetime) -> dict:
     # Shared applications first: a pipeline placed in one this tick finds it started.
     applications_acted = applications.tick(now)
     actions: dict[str, str] = {}
-    for pipeline_id, name in Pipeline.objects.values_list("id", "name"):
+    visits = attention.pipelines_to_visit(now)
+    for pipeline_id, name in visits:
         try:
             action = reconcile_pipeline(pipeline_id, now)
         except Exception:  # one broken pipeline must not stop the others being reconciled
@@ -69,7 +71,7 @@ def tick(now: datetime) -> dict:
             action = "error"
         if action:
             actions[name] = action
-    summary = {"pipelines": Pipeline.objects.count(), "actions": actions}
+    summary = {"pipelines": Pipeline.objects.count(), "visited": len(visits), "actions": actions}
     if applications_acted:
         summary["applications"] = applications_acted
     with transaction.atomic():
@@ -362,41 +364,30 @@ def reports_cannot_arrive(max_age: float = 10.0) -> str | None:
 
 def _heartbeat_overdue(run: Run, now: datetime) -> str | None:
     """Why the run counts as lost (no heartbeat in time), or None while it is heard from."""
-    if run.started_at is None:
-        return None
-    timeout = timedelta(seconds=settings.CONTROLPLANE_HEARTBEAT_TIMEOUT)
-    if run.last_heartbeat_at is not None:
-        if now - run.last_heartbeat_at > timeout and not _deaf_recently(now, timeout):
-            silent = (now - run.last_heartbeat_at).total_seconds()
-            return f"no heartbeat for {silent:.0f} s (timeout {timeout.total_seconds():g} s)"
-        return None
-    grace = timedelta(seconds=settings.CONTROLPLANE_STARTUP_GRACE)
-    if now - run.started_at > grace and not _deaf_recently(now, timeout):
-        return f"no heartbeat within {grace.total_seconds():g} s of the launch"
-    return None
+    return silence.heartbeat_overdue(
+        started_at=run.started_at,
+        last_heartbeat_at=run.last_heartbeat_at,
+        now=now,
+        timeout=timedelta(seconds=settings.CONTROLPLANE_HEARTBEAT_TIMEOUT),
+        grace=timedelta(seconds=settings.CONTROLPLANE_STARTUP_GRACE),
+        deaf=lambda window: _deaf_recently(now, window),
+    )
 
 
 def _stalled(run: Run, now: datetime) -> str | None:
     """Why the run counts as stalled (alive, but no batch completed and no idle report for
     max(CONTROLPLANE_STALL_SECONDS, 10 triggers)), or None."""
-    if run.started_at is None:
-        return None
-    window = timedelta(
-        seconds=max(settings.CONTROLPLANE_STALL_SECONDS, 10 * run.pipeline.trigger_seconds)
+    return silence.stalled(
+        started_at=run.started_at,
+        last_batch_at=run.last_batch_at,
+        last_idle_at=run.last_idle_at,
+        now=now,
+        window=silence.stall_window(
+            settings.CONTROLPLANE_STALL_SECONDS, run.pipeline.trigger_seconds
+        ),
+        grace=timedelta(seconds=settings.CONTROLPLANE_STARTUP_GRACE),
+        deaf=lambda window: _deaf_recently(now, window),
     )
-    seen = [t for t in (run.last_batch_at, run.last_idle_at) if t is not None]
-    if seen:
-        quiet = now - max(seen)
-        if quiet > window and not _deaf_recently(now, window):
-            return (
-                f"no batch completed for {quiet.total_seconds():.0f} s with records to read"
-                f" (window {window.total_seconds():g} s)"
-            )
-        return None
-    grace = timedelta(seconds=settings.CONTROLPLANE_STARTUP_GRACE) + window
-    if now - run.started_at > grace and not _deaf_recently(now, window):
-        return f"no batch completed within {grace.total_seconds():g} s of the launch"
-    return None
 
 
 def _stop(pipeline: Pipeline, run: Run, now: datetime) -> str | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum, StrEnum
 
 
 class Status(StrEnum):
@@ -157,6 +157,30 @@ def step(status: str, desired: str, observation: Observation) -> Step | None:
         if status in rule.statuses and desired in rule.desires and observation is rule.observation:
             return Step(rule.action, resolve(rule.to, desired), rule)
     return None
+
+
+class Rest(Enum):
+    """Whether a pipeline without an active run is at rest (its tick step does nothing)."""
+
+    NEVER = "never"
+    ALWAYS = "always"
+    UNLESS_RESTART_PENDING = "unless a restart time is left on it"
+
+
+def at_rest(status: str, desired: str) -> Rest:
+    """For a pipeline with no active run: whether the reconcile step leaves it as it is. A
+    backing-off pipeline that wants to run waits for its stored restart time, which the
+    caller compares (NEVER here); one that settles into its own status is at rest once no
+    restart time is left on it."""
+    status, desired = Status(status), Desired(desired)
+    if status is Status.BACKING_OFF and desired is Desired.RUNNING:
+        return Rest.NEVER
+    found = step(status, desired, Observation.IDLE)
+    if found is None:
+        return Rest.ALWAYS
+    if found.action is Action.SETTLE and found.status is status:
+        return Rest.UNLESS_RESTART_PENDING
+    return Rest.NEVER
 
 
 def resolve(to: str, desired: Desired) -> Status:
