@@ -12,8 +12,11 @@ In a throwaway database on the stack's PostgreSQL, with the web app served the w
 
 For both it measures: the progress ingestion rate the web app sustains (4 drivers posting
 one report per request; and the batched form drivers use after an outage, 20 reports per
-request), the latency of GET /api/pipelines/{name}/metrics/ (p50, p95; Kafka lookups
-included), and the reconcile tick (median of 5). The last line is one JSON object.
+request), the metrics collector's round over every pipeline (median of 3: Kafka asked once,
+figures and lag samples stored), the latency of GET /api/pipelines/{name}/metrics/, of the
+overview page and of a pipeline's page (p50, p95; signed in as a viewer), a full Prometheus
+scrape (median and slowest of 10), and the reconcile tick (median of 5). The last line is
+one JSON object; the goals of #15 are printed beside the figures at 1,000 pipelines.
 """
 
 from __future__ import annotations
@@ -114,17 +117,77 @@ class Bench:
         return len(jobs) * per_request / (time.perf_counter() - started)
 
     def metrics_latency(self, requests_: int) -> tuple[float, float]:
+        def check(response) -> None:
+            assert response.json()["lag"]["error"] is None, response.json()["lag"]
+
+        return self.latency(requests_, "/api/pipelines/{name}/metrics/", self.api, check)
+
+    def latency(self, requests_: int, path: str, session, check=None) -> tuple[float, float]:
+        """p50 and p95 in ms of GET `path` ({name}: a random pipeline)."""
         names = [name for name, _, _ in self.runs]
         times = []
         for _ in range(requests_):
-            name = random.choice(names)
+            url = self.base + path.format(name=random.choice(names))
             started = time.perf_counter()
-            response = self.api.get(f"{self.base}/api/pipelines/{name}/metrics/", timeout=30)
+            response = session.get(url, timeout=30)
             times.append((time.perf_counter() - started) * 1000)
             response.raise_for_status()
-            assert response.json()["lag"]["error"] is None, response.json()["lag"]
+            if check:
+                check(response)
         times.sort()
         return statistics.median(times), times[int(0.95 * (len(times) - 1))]
+
+    def scrape(self, rounds: int = 10) -> tuple[float, float]:
+        """Median and slowest full Prometheus scrape, ms."""
+        times = []
+        for _ in range(rounds):
+            started = time.perf_counter()
+            response = self.api.get(f"{self.base}/metrics", timeout=60)
+            times.append((time.perf_counter() - started) * 1000)
+            response.raise_for_status()
+            assert b"cp_lag_records" in response.content
+        return statistics.median(times), max(times)
+
+
+def viewer_session(base: str):
+    """A signed-in viewer's browser session (a session row, as a sign-in makes it)."""
+    from django.contrib.auth import (
+        BACKEND_SESSION_KEY,
+        HASH_SESSION_KEY,
+        SESSION_KEY,
+        get_user_model,
+    )
+    from django.contrib.sessions.backends.db import SessionStore
+
+    from controlplane.accounts.roles import VIEWER, set_role
+
+    user = get_user_model().objects.create_user("bench-viewer", password=uuid.uuid4().hex)
+    set_role(user, VIEWER)
+    store = SessionStore()
+    store[SESSION_KEY] = str(user.pk)
+    store[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    store[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    store.create()
+    session = requests.Session()
+    session.cookies.set("sessionid", store.session_key, domain="127.0.0.1")
+    response = session.get(f"{base}/", timeout=30)
+    response.raise_for_status()
+    assert "Pipelines" in response.text and "/login" not in response.url, response.url
+    return session
+
+
+def collector_round_ms(rounds: int = 3) -> tuple[float, dict]:
+    from django.utils import timezone
+
+    from controlplane.observability.collector import collect
+
+    times, summary = [], {}
+    for _ in range(rounds):
+        started = time.perf_counter()
+        summary = collect(timezone.now())
+        times.append((time.perf_counter() - started) * 1000)
+        assert "skipped" not in summary and summary["lag_unknown"] == 0, summary
+    return statistics.median(times), summary
 
 
 def tick_ms(rounds: int = 5) -> float:
@@ -174,6 +237,7 @@ def main() -> int:
     parser.add_argument("--pipelines", type=int, default=1000)
     parser.add_argument("--reports", type=int, default=4000, help="per ingestion measurement")
     parser.add_argument("--metrics-requests", type=int, default=200)
+    parser.add_argument("--page-requests", type=int, default=100)
     args = parser.parse_args()
 
     admin_url = os.environ["DATABASE_URL"]
@@ -263,27 +327,45 @@ def main() -> int:
         def measure(label: str) -> dict:
             single = bench.ingest(args.reports, 1)
             batched = bench.ingest(args.reports * 5, 20)
+            collector, summary = collector_round_ms()
             p50, p95 = bench.metrics_latency(args.metrics_requests)
+            o50, o95 = bench.latency(args.page_requests, "/", viewer)
+            d50, d95 = bench.latency(args.page_requests, "/pipelines/{name}/", viewer)
+            scrape, slowest_scrape = bench.scrape()
             tick = tick_ms()
             print(
                 f"{label:<10} {len(bench.runs):>5} pipelines: ingestion {single:,.0f} reports/s"
-                f" (batched by 20: {batched:,.0f}/s), metrics p50 {p50:.1f} ms p95 {p95:.1f} ms,"
-                f" reconcile tick {tick:.1f} ms",
+                f" (batched by 20: {batched:,.0f}/s); collector round {collector:.0f} ms"
+                f" ({summary['kafka_bound_lookups']} Kafka bound lookups); metrics API p50"
+                f" {p50:.1f} ms p95 {p95:.1f} ms; overview p50 {o50:.1f} ms p95 {o95:.1f} ms;"
+                f" pipeline page p50 {d50:.1f} ms p95 {d95:.1f} ms; Prometheus scrape"
+                f" {scrape:.0f} ms (slowest {slowest_scrape:.0f}); reconcile tick {tick:.1f} ms",
                 flush=True,
             )
             return {
                 "ingest_reports_per_s": round(single),
                 "ingest_batched_reports_per_s": round(batched),
+                "collector_round_ms": round(collector, 1),
                 "metrics_p50_ms": round(p50, 1),
                 "metrics_p95_ms": round(p95, 1),
+                "overview_p50_ms": round(o50, 1),
+                "overview_p95_ms": round(o95, 1),
+                "pipeline_page_p50_ms": round(d50, 1),
+                "pipeline_page_p95_ms": round(d95, 1),
+                "scrape_ms": round(scrape, 1),
+                "scrape_max_ms": round(slowest_scrape, 1),
                 "tick_ms": round(tick, 1),
             }
 
         bench.register("p0000", spec)
         start_runs(bench, ["p0000"])
+        viewer = viewer_session(base)
         # Warm-up, not measured: gunicorn's workers import and connect on first use.
         bench.ingest(200, 1)
+        collector_round_ms(1)
         bench.metrics_latency(50)
+        bench.latency(20, "/", viewer)
+        bench.latency(20, "/pipelines/{name}/", viewer)
         baseline = measure("baseline")
 
         started = time.perf_counter()
@@ -301,6 +383,19 @@ def main() -> int:
         print(f"progress rows stored: {rows:,}")
         ratios = {k: round(loaded[k] / baseline[k], 2) if baseline[k] else None for k in baseline}
         print("loaded / baseline:   " + ", ".join(f"{k} {v}" for k, v in ratios.items()))
+        goals = {
+            "tick_ms": ("<", 1000),
+            "overview_p95_ms": ("<", 300),
+            "pipeline_page_p95_ms": ("<", 300),
+            "scrape_ms": ("<", 1000),
+            "ingest_reports_per_s": (">=", 2000),
+            "ingest_batched_reports_per_s": (">=", 2000),
+        }
+        met = {}
+        for key, (op, goal) in goals.items():
+            value = loaded[key]
+            met[key] = value < goal if op == "<" else value >= goal
+            print(f"goal {key} {op} {goal}: {value} -> {'met' if met[key] else 'NOT met'}")
         line = json.dumps(
             {
                 "pipelines": len(bench.runs),
@@ -308,6 +403,7 @@ def main() -> int:
                 "baseline": baseline,
                 "loaded": loaded,
                 "loaded_to_baseline": ratios,
+                "goals_met": met,
                 "machine": {
                     "host": socket.gethostname(),
                     "cpus": os.cpu_count(),

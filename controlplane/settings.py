@@ -207,12 +207,22 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CONTROLPLANE_RECONCILE_SECONDS = env_float("CONTROLPLANE_RECONCILE_SECONDS", 5.0, minimum=0.5)
+# The metrics collector's interval: how fresh the figures every page and scrape show are.
+CONTROLPLANE_COLLECT_SECONDS = env_float("CONTROLPLANE_COLLECT_SECONDS", 10.0, minimum=1.0)
+# Lag samples (one per pipeline and round) are kept this long.
+CONTROLPLANE_LAG_SAMPLE_HOURS = env_float("CONTROLPLANE_LAG_SAMPLE_HOURS", 48.0, minimum=0.1)
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {
         "task": "controlplane.supervision.tasks.reconcile",
         "schedule": CONTROLPLANE_RECONCILE_SECONDS,
         # A tick that waited longer than one interval is stale: the next one supersedes it.
         "options": {"expires": CONTROLPLANE_RECONCILE_SECONDS},
+    },
+    "collect-metrics": {
+        "task": "controlplane.observability.tasks.collect_metrics",
+        "schedule": CONTROLPLANE_COLLECT_SECONDS,
+        # A round that waited longer than one interval is stale: the next one supersedes it.
+        "options": {"expires": CONTROLPLANE_COLLECT_SECONDS},
     },
     "compact-progress": {
         "task": "controlplane.observability.tasks.compact_progress",

@@ -134,3 +134,13 @@ def test_the_status_is_one_of_four_and_a_time_to_catch_up_only_when_the_lag_shri
     assert status.status in {"ok", "lagging", "stalled", "stopped"}
     if status.eta_seconds is not None:
         assert status.trend < 0 and status.eta_seconds >= 0
+
+
+def test_the_offsets_a_query_started_from_are_read_from_its_checkpoint(tmp_path):
+    from controlplane.observability.metrics import initial_offsets
+
+    assert initial_offsets(tmp_path) == {}
+    (tmp_path / "sources" / "0").mkdir(parents=True)
+    # As Spark's Kafka connector writes it: a zero byte, a version line, then JSON.
+    (tmp_path / "sources" / "0" / "0").write_bytes(b'\x00v1\n{"t":{"1":7,"0":42}}')
+    assert initial_offsets(tmp_path) == {("t", 0): 42, ("t", 1): 7}

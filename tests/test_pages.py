@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.utils import timezone
 
 from controlplane.accounts.roles import set_role
 from controlplane.definitions.models import Pipeline
+from controlplane.observability import metrics
+from controlplane.observability.collector import collect
 from tests.factories import valid_spec
 
 # Every page outside the API and the Django admin, with the role it needs. Public ones are
@@ -126,7 +129,9 @@ def test_the_overview_puts_problems_first_and_says_so_in_words(
     django_user_model, fleet, kafka_bootstrap
 ):
     client = client_with(django_user_model, "viewer")
+    collect(timezone.now())  # the metrics collector's round (a beat task in production)
     html = client.get("/").content.decode()
+    assert "figures from 0 s ago" in html
     # Failing, then recovering, then degraded (running, but its topic does not exist, so its
     # lag is unknown), then the quiet ones by name.
     assert names_in_order(html) == [
@@ -146,6 +151,7 @@ def test_the_overview_filters_and_searches_and_its_rows_refresh_alone(
     django_user_model, fleet, kafka_bootstrap
 ):
     client = client_with(django_user_model, "viewer")
+    collect(timezone.now())
     problems = client.get("/", {"show": "problems"}).content.decode()
     assert names_in_order(problems) == ["b-gave-up", "c-backing-off", "a-healthy-looking"]
     stopped = client.get(reverse("overview-rows"), {"show": "stopped"}).content.decode()
@@ -156,6 +162,40 @@ def test_the_overview_filters_and_searches_and_its_rows_refresh_alone(
     none = client.get(reverse("overview-rows"), {"q": "zzz"}).content.decode()
     assert "No pipeline matches." in none
     assert client.get("/", {"show": "<script>"}).status_code == 200  # unknown filter: all
+
+
+def test_the_overview_pages_and_sorts_a_large_fleet_from_stored_figures(django_user_model, db):
+    from controlplane.definitions.models import PipelineFigures
+
+    now = timezone.now()
+    for i in range(60):
+        pipeline = Pipeline.objects.create(
+            name=f"p{i:02d}", spec=valid_spec(), status="running", desired_state="running"
+        )
+        PipelineFigures.objects.create(
+            pipeline=pipeline,
+            collected_at=now,
+            figures=metrics.empty_figures(),
+            lag_records=(i * 7) % 60,  # every value once, not in name order
+            lag_status="lagging" if i == 33 else "ok",
+        )
+    client = client_with(django_user_model, "viewer")
+    first = client.get("/", {"sort": "lag"}).content.decode()
+    by_lag = sorted(range(60), key=lambda i: -((i * 7) % 60))
+    assert names_in_order(first) == [f"p{i:02d}" for i in by_lag[:50]]
+    assert "60 pipelines · page 1 of 2" in first and 'rel="next"' in first
+    second = client.get(reverse("overview-rows"), {"sort": "lag", "page": "2"}).content.decode()
+    assert names_in_order(second) == [f"p{i:02d}" for i in by_lag[50:]]
+    assert 'rel="prev"' in second and 'rel="next"' not in second
+    # Past the end: the last page; not a number: the first.
+    assert names_in_order(client.get("/", {"sort": "lag", "page": "9"}).content.decode()) == (
+        names_in_order(second)
+    )
+    assert "page 1 of 2" in client.get("/", {"page": "x"}).content.decode()
+    # Problems first (the default): the lagging one leads; then by name.
+    default = names_in_order(client.get("/").content.decode())
+    assert default[:3] == ["p33", "p00", "p01"]
+    assert names_in_order(client.get("/", {"sort": "name"}).content.decode())[:2] == ["p00", "p01"]
 
 
 def test_the_pipeline_page_shows_controls_only_to_operators_and_they_are_audited(

@@ -91,8 +91,8 @@ def test_history_shows_hourly_roll_ups_before_the_raw_batches(api, pipeline, set
     assert hour["busy_ratio"] == 650 / (trigger * 1000)
 
 
-def test_live_metrics_read_at_most_the_newest_batches_of_their_window(pipeline):
-    from controlplane.observability.metrics import RECENT_BATCHES, _recent_progress
+def test_figures_read_at_most_the_newest_batches_of_each_window(pipeline):
+    from controlplane.observability.metrics import RECENT_BATCHES, _recent_batches
 
     now = datetime.now(UTC)
     row = Pipeline.objects.get(name="orders")
@@ -101,5 +101,17 @@ def test_live_metrics_read_at_most_the_newest_batches_of_their_window(pipeline):
         BatchProgress(run=run, batch_id=i, timestamp=now, num_input_rows=1)
         for i in range(RECENT_BATCHES + 50)
     )
-    recent = _recent_progress(row, now)
-    assert [p.batch_id for p in recent] == list(range(50, RECENT_BATCHES + 50))
+    recent = _recent_batches([row], now)[row.pk]
+    assert [p["batch_id"] for p in recent] == list(range(50, RECENT_BATCHES + 50))
+    assert not any(p["first"] for p in recent)  # batch 0, the run's first, is not among them
+
+
+def test_old_lag_samples_are_dropped(pipeline, settings):
+    from controlplane.definitions.models import LagSample
+
+    settings.CONTROLPLANE_LAG_SAMPLE_HOURS = 48
+    row = Pipeline.objects.get(name="orders")
+    for hours in (49, 47, 1):
+        LagSample.objects.create(pipeline=row, at=NOW - timedelta(hours=hours), records=hours)
+    assert compact_progress(NOW)["expired_lag_samples"] == 1
+    assert sorted(LagSample.objects.values_list("records", flat=True)) == [1, 47]

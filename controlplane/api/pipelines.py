@@ -212,9 +212,11 @@ class PipelineViewSet(viewsets.ModelViewSet):
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"])
     def metrics(self, request, name: str | None = None) -> Response:
-        """Live figures: checkpoint progress, Kafka lag (records, seconds, status, per
-        partition), backpressure (level, busy ratio) and throughput."""
-        return Response(metrics.pipeline_metrics(self.get_object(), timezone.now()))
+        """Figures: checkpoint progress, Kafka lag (records, seconds, status, per partition),
+        backpressure (level, busy ratio) and throughput, as the metrics collector last
+        computed them (every CONTROLPLANE_COLLECT_SECONDS): `collected_at` and `age_seconds`
+        say how fresh they are. `status` is the pipeline's current status."""
+        return Response(metrics.stored(self.get_object(), timezone.now()))
 
     @extend_schema(
         parameters=[
@@ -224,8 +226,9 @@ class PipelineViewSet(viewsets.ModelViewSet):
     )
     @action(detail=True, methods=["get"], url_path="metrics/history")
     def metrics_history(self, request, name: str | None = None) -> Response:
-        """Figures for charts, oldest first: per batch for the last 2,000 batches still
-        kept raw, per hour (roll-ups) before that."""
+        """Figures for charts, oldest first: `points` per batch for the last 2,000 batches
+        still kept raw, per hour (roll-ups) before that; `lag`, the metrics collector's lag
+        samples (records and seconds, also while the job was down)."""
         pipeline = self.get_object()
         raw = request.query_params.get("since")
         since = parse_datetime(raw) if raw else timezone.now() - timedelta(hours=1)
@@ -234,7 +237,13 @@ class PipelineViewSet(viewsets.ModelViewSet):
                 {"since": [f"must be an ISO 8601 time with a UTC offset; got {raw!r}"]},
                 status=status.HTTP_400_BAD_REQUEST,
             )
-        return Response({"since": since, "points": metrics.history(pipeline, since)})
+        return Response(
+            {
+                "since": since,
+                "points": metrics.history(pipeline, since),
+                "lag": metrics.lag_history(pipeline, since),
+            }
+        )
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"])

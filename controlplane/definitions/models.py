@@ -392,3 +392,47 @@ class ProgressRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pipeline.name} {self.bucket_start:%Y-%m-%d %H:%M}"
+
+
+class LagSample(models.Model):
+    """A pipeline's Kafka lag as the metrics collector measured it, every
+    CONTROLPLANE_COLLECT_SECONDS, whether its job runs or not (a stopped job's lag grows on
+    the chart). Kept CONTROLPLANE_LAG_SAMPLE_HOURS."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="lag_samples")
+    at = models.DateTimeField()
+    records = models.BigIntegerField(null=True, help_text="Null: Kafka could not be asked.")
+    seconds = models.FloatField(null=True, help_text="Age of the oldest unprocessed record.")
+    # The sum of the offsets the job has committed: it moves when the job makes progress.
+    committed = models.BigIntegerField(null=True)
+
+    class Meta:
+        ordering = ["pipeline", "at"]
+        indexes = [models.Index(fields=["pipeline", "at"]), models.Index(fields=["at"])]
+
+    def __str__(self) -> str:
+        return f"{self.pipeline.name} lag at {self.at:%H:%M:%S}"
+
+
+class PipelineFigures(models.Model):
+    """A pipeline's figures (checkpoint, lag, backpressure, throughput) as the metrics
+    collector last computed them: what the overview, the pipeline page, the API and
+    Prometheus show, with `collected_at` saying how fresh. The columns beside `figures` are
+    what the overview sorts and classifies by."""
+
+    pipeline = models.OneToOneField(
+        Pipeline, primary_key=True, on_delete=models.CASCADE, related_name="figures"
+    )
+    collected_at = models.DateTimeField()
+    figures = models.JSONField(default=dict)
+    lag_records = models.BigIntegerField(null=True)
+    lag_seconds = models.FloatField(null=True)
+    lag_status = models.CharField(max_length=16, blank=True)
+    lag_error = models.TextField(blank=True)
+    backpressure = models.CharField(max_length=16, blank=True)
+    # Where a pipeline that has committed nothing yet starts reading ({topic: {partition:
+    # offset}}), as first resolved: its lag counts from there, not from the topic's start.
+    start_offsets = models.JSONField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.pipeline.name} figures at {self.collected_at:%H:%M:%S}"

@@ -80,8 +80,11 @@ class Checkpoint:
         }
 
 
-def read_checkpoint(path: str | Path, *, history: int = 20) -> Checkpoint | None:
-    """The checkpoint at `path`, or None if there is none (never started, or unreachable)."""
+def read_checkpoint(
+    path: str | Path, *, history: int = 20, sizes: bool = True
+) -> Checkpoint | None:
+    """The checkpoint at `path`, or None if there is none (never started, or unreachable).
+    Without `sizes`, its size on disk is not measured (a walk of every file: None)."""
     root = Path(path)
     if not (root / "offsets").is_dir():
         return None
@@ -107,8 +110,8 @@ def read_checkpoint(path: str | Path, *, history: int = 20) -> Checkpoint | None
         last_committed=last,
         in_flight=in_flight,
         history=batches,
-        size_bytes=_size(root),
-        state_size_bytes=_size(root / "state"),
+        size_bytes=_size(root) if sizes else None,
+        state_size_bytes=_size(root / "state") if sizes else None,
         reader=pin.reader if pin else None,
     )
 

@@ -1,34 +1,49 @@
-"""A pipeline's live figures: checkpoint progress, Kafka lag, backpressure, throughput.
+"""A pipeline's figures: checkpoint progress, Kafka lag, backpressure, throughput.
+
+Computed for many pipelines at once (`compute`) by the metrics collector
+(`controlplane.observability.collector`), which stores them; the overview, the pipeline page,
+the API and Prometheus read what it stored (`stored`), never Kafka or checkpoints per request.
 
 Committed offsets come from the checkpoint directory itself when the control plane can read
 it (the truth, even while the driver is dead), else from the last progress the driver
-reported. Log ends come from the broker (confirmed by a fetch's high watermark), so lag is
-exact, and known while the job is stopped. Time lag is the age of the oldest record not yet
-processed. The lag's status and the backpressure level come from recent progress reports
-(`controlplane.observability.lag` has the rules).
+reported. Before a pipeline's first commit its lag counts from where it starts reading
+(`start_offsets`), not from the topic's beginning. Log ends come from the broker (confirmed
+by a fetch's high watermark), one lookup per cluster for all its pipelines' partitions, so lag
+is exact, and known while the job is stopped. Time lag is the age of the oldest record not
+yet processed. The lag's status comes from the collector's lag samples over the window, the
+backpressure level from the recent progress reports (`controlplane.observability.lag` has the
+rules).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
-from django.db.models import Min
+from django.db.models import F, Min, Window
+from django.db.models.functions import RowNumber
 
 from controlplane.connections.masking import mask
 from controlplane.definitions.models import (
     BatchProgress,
+    Connection,
     DesiredState,
+    LagSample,
     Pipeline,
+    PipelineFigures,
     ProgressRollup,
+    Run,
     RunState,
 )
-from controlplane.observability.checkpoints import Checkpoint, read_checkpoint
+from controlplane.observability.checkpoints import read_checkpoint
 from controlplane.observability.lag import Batch, Sample, backpressure, lag_status, partition_lags
 from jobs.connections import kafka_client_config
 from jobs.kafka.offsets import flatten
+from jobs.spec.model import starting_timestamp_ms
 
 from . import kafka_lookups
 from .kafka_lookups import KafkaLookups
@@ -36,64 +51,156 @@ from .kafka_lookups import KafkaLookups
 log = logging.getLogger("controlplane.metrics")
 
 
-def checkpoint_of(pipeline: Pipeline) -> Checkpoint | None:
-    return read_checkpoint(Path(settings.CONTROLPLANE_CHECKPOINT_ROOT) / pipeline.name)
+def checkpoint_path(pipeline: Pipeline) -> Path:
+    return Path(settings.CONTROLPLANE_CHECKPOINT_ROOT) / pipeline.name
+
+
+def checkpoint_of(pipeline: Pipeline, *, history: int = 20, sizes: bool = True):
+    return read_checkpoint(checkpoint_path(pipeline), history=history, sizes=sizes)
 
 
 def window_seconds(pipeline: Pipeline) -> float:
     return max(60.0, 10 * pipeline.trigger_seconds)
 
 
+# Recent batches per pipeline for backpressure and throughput: the last 10 steady ones (and
+# the run's first, which is left out).
+RECENT_BATCHES = 11
+
+
+@dataclass
+class Computed:
+    """One pipeline's figures, and what the collector keeps beside them."""
+
+    figures: dict
+    start_offsets: dict | None = None
+    committed_sum: int | None = None
+
+
+def compute(
+    pipelines: list[Pipeline],
+    now: datetime,
+    lookups: KafkaLookups | None = None,
+    *,
+    starts: dict[int, dict] | None = None,
+) -> dict[int, Computed]:
+    """The figures of `pipelines` now, asked in bulk: a few queries for all of them, each
+    pipeline's checkpoint read once, and one log-bounds lookup per Kafka cluster. `starts`:
+    each pipeline's start offsets as stored by an earlier round (pipelines that have not
+    committed yet)."""
+    lookups = lookups or KafkaLookups()
+    starts = starts or {}
+    ids = [p.pk for p in pipelines]
+    running = set(
+        Run.objects.filter(pipeline_id__in=ids, state=RunState.RUNNING).values_list(
+            "pipeline_id", flat=True
+        )
+    )
+    recent = _recent_batches(pipelines, now)
+    samples = _lag_samples(pipelines, now)
+    positions: dict[int, tuple[dict, dict]] = {}
+    missing = []
+    for pipeline in pipelines:
+        checkpoint = checkpoint_of(pipeline, history=1, sizes=False)
+        if checkpoint is not None and checkpoint.last_committed is not None:
+            last = checkpoint.last_committed
+            positions[pipeline.pk] = (
+                checkpoint.committed_offsets(),
+                {
+                    "source": "checkpoint",
+                    "last_batch_id": last.batch_id,
+                    "last_commit_at": _iso(last.committed_at),
+                    "age_seconds": _age(now, last.committed_at),
+                    "committed_offsets": last.offsets,
+                    "in_flight": checkpoint.in_flight,
+                },
+            )
+        else:
+            missing.append(pipeline)
+    positions.update(_reported_checkpoints(missing, now))
+    lags = _kafka_lags(pipelines, positions, now, lookups, starts)
+    out = {}
+    for pipeline in pipelines:
+        committed, checkpoint_part = positions[pipeline.pk]
+        lag, start = lags[pipeline.pk]
+        is_running = pipeline.desired_state == DesiredState.RUNNING and pipeline.pk in running
+        committed_sum = sum(committed.values()) if committed else 0
+        series = list(samples.get(pipeline.pk, []))
+        if lag["records"] is not None:
+            series.append(Sample(at=now, lag=lag["records"], committed=committed_sum))
+        status = lag_status(series, running=is_running, now=now, window=window_seconds(pipeline))
+        lag.update(status.as_dict())
+        rows = recent.get(pipeline.pk, [])
+        source = pipeline.spec.get("source", {})
+        # A run's first batch pays for Python worker start-up and JIT warm-up: not backpressure.
+        steady = [p for p in rows if not p["first"]]
+        pressure = backpressure(
+            [Batch(p["batch_duration_ms"] or 0, p["num_input_rows"]) for p in steady[-10:]],
+            trigger_seconds=pipeline.trigger_seconds,
+            max_records_per_batch=source.get("max_records_per_batch"),
+            lag_growing=status.status == "lagging",
+        )
+        with_data = [p for p in rows if p["num_input_rows"]]
+        figures = {
+            "status": pipeline.status,
+            "checkpoint": checkpoint_part,
+            "lag": lag,
+            "backpressure": (
+                pressure.as_dict() if is_running else {**pressure.as_dict(), "level": "ok"}
+            ),
+            "throughput": {
+                "input_rows_per_second": _mean(p["input_rows_per_second"] for p in with_data),
+                "processed_rows_per_second": _mean(
+                    p["processed_rows_per_second"] for p in with_data
+                ),
+            },
+        }
+        out[pipeline.pk] = Computed(
+            figures, start_offsets=start, committed_sum=committed_sum if committed else None
+        )
+    return out
+
+
 def pipeline_metrics(
     pipeline: Pipeline, now: datetime, lookups: KafkaLookups | None = None
 ) -> dict:
-    checkpoint = checkpoint_of(pipeline)
-    recent = _recent_progress(pipeline, now)
-    if checkpoint is not None and checkpoint.last_committed is not None:
-        committed = checkpoint.committed_offsets()
-        last = checkpoint.last_committed
-        checkpoint_part = {
-            "source": "checkpoint",
-            "last_batch_id": last.batch_id,
-            "last_commit_at": _iso(last.committed_at),
-            "age_seconds": _age(now, last.committed_at),
-            "committed_offsets": last.offsets,
-            "in_flight": checkpoint.in_flight,
-        }
+    """One pipeline's figures computed now (what the collector stores for it)."""
+    return compute([pipeline], now, lookups)[pipeline.pk].figures
+
+
+def stored(pipeline: Pipeline, now: datetime, row: PipelineFigures | None = None) -> dict:
+    """The figures the collector last stored for `pipeline`, with how fresh they are
+    (`collected_at`, `age_seconds`); before its first round, empty figures that say so. The
+    pipeline's status is always its current one."""
+    if row is None:
+        row = PipelineFigures.objects.filter(pipeline=pipeline).first()
+    if row is None:
+        figures = empty_figures()
+        collected = None
     else:
-        committed, checkpoint_part = _reported_checkpoint(pipeline, now)
-    running = (
-        pipeline.desired_state == DesiredState.RUNNING
-        and pipeline.runs.filter(state=RunState.RUNNING).exists()
-    )
-    lag = _kafka_lag(pipeline, committed, now, lookups)
-    status = lag_status(
-        [_sample(p) for p in recent if p.end_offsets and p.latest_offsets],
-        running=running,
-        now=now,
-        window=window_seconds(pipeline),
-    )
-    lag.update(status.as_dict())
-    source = pipeline.spec.get("source", {})
-    # A run's first batch pays for Python worker start-up and JIT warm-up: not backpressure.
-    firsts = _first_batches(recent)
-    steady = [p for p in recent if p.batch_id != firsts.get(p.run_id)]
-    pressure = backpressure(
-        [Batch(p.batch_duration_ms or 0, p.num_input_rows) for p in steady[-10:]],
-        trigger_seconds=pipeline.trigger_seconds,
-        max_records_per_batch=source.get("max_records_per_batch"),
-        lag_growing=status.status == "lagging",
-    )
-    with_data = [p for p in recent if p.num_input_rows]
+        figures = dict(row.figures)
+        collected = row.collected_at
+    figures["status"] = pipeline.status
+    figures["collected_at"] = _iso(collected)
+    figures["age_seconds"] = _age(now, collected)
+    return figures
+
+
+def empty_figures() -> dict:
     return {
-        "status": pipeline.status,
-        "checkpoint": checkpoint_part,
-        "lag": lag,
-        "backpressure": pressure.as_dict() if running else {**pressure.as_dict(), "level": "ok"},
-        "throughput": {
-            "input_rows_per_second": _mean(p.input_rows_per_second for p in with_data),
-            "processed_rows_per_second": _mean(p.processed_rows_per_second for p in with_data),
+        "status": None,
+        "checkpoint": _no_checkpoint(),
+        "lag": {
+            "records": None,
+            "seconds": None,
+            "partitions": [],
+            "error": "not collected yet",
+            "status": "ok",
+            "trend": None,
+            "eta_seconds": None,
         },
+        "backpressure": {"level": "ok", "busy_ratio": None, "reason": "not collected yet"},
+        "throughput": {"input_rows_per_second": None, "processed_rows_per_second": None},
     }
 
 
@@ -225,27 +332,65 @@ def _rollup_point(r: ProgressRollup, trigger_ms: float) -> dict:
     }
 
 
-RECENT_BATCHES = 600  # enough for the lag trend of a window even with back-to-back batches
-
-
-def _recent_progress(pipeline: Pipeline, now: datetime) -> list[BatchProgress]:
-    """The window's progress, oldest first: at most its newest RECENT_BATCHES batches."""
-    since = now - timedelta(seconds=window_seconds(pipeline))
-    rows = BatchProgress.objects.filter(run__pipeline=pipeline, reported_at__gte=since)
-    newest = list(rows.order_by("-reported_at", "-id")[:RECENT_BATCHES])
-    newest.reverse()
-    return newest
-
-
-def _first_batches(rows: list[BatchProgress]) -> dict[int, int]:
-    """The first batch each of these rows' runs reported."""
-    runs = {p.run_id for p in rows}
-    firsts = (
-        BatchProgress.objects.filter(run_id__in=runs)
+def _recent_batches(pipelines: list[Pipeline], now: datetime) -> dict[int, list[dict]]:
+    """Each pipeline's newest RECENT_BATCHES batches within its window, oldest first, each
+    marked `first` if it is its run's first batch. Two queries for all pipelines."""
+    if not pipelines:
+        return {}
+    windows = {p.pk: window_seconds(p) for p in pipelines}
+    since = now - timedelta(seconds=max(windows.values()))
+    rows = list(
+        BatchProgress.objects.filter(run__pipeline_id__in=list(windows), reported_at__gte=since)
+        .annotate(
+            pipeline_id=F("run__pipeline_id"),
+            newest=Window(
+                RowNumber(),
+                partition_by=[F("run__pipeline_id")],
+                order_by=[F("reported_at").desc(), F("id").desc()],
+            ),
+        )
+        .filter(newest__lte=RECENT_BATCHES)
+        .values(
+            "pipeline_id",
+            "run_id",
+            "batch_id",
+            "reported_at",
+            "num_input_rows",
+            "input_rows_per_second",
+            "processed_rows_per_second",
+            "batch_duration_ms",
+        )
+    )
+    firsts = dict(
+        BatchProgress.objects.filter(run_id__in={r["run_id"] for r in rows})
         .values("run_id")
         .annotate(first=Min("batch_id"))
+        .values_list("run_id", "first")
     )
-    return {row["run_id"]: row["first"] for row in firsts}
+    out: dict[int, list[dict]] = {}
+    for row in rows:
+        if (now - row["reported_at"]).total_seconds() > windows[row["pipeline_id"]]:
+            continue
+        row["first"] = row["batch_id"] == firsts.get(row["run_id"])
+        out.setdefault(row["pipeline_id"], []).append(row)
+    for batches in out.values():
+        batches.sort(key=lambda r: r["reported_at"])
+    return out
+
+
+def _lag_samples(pipelines: list[Pipeline], now: datetime) -> dict[int, list[Sample]]:
+    """The collector's lag samples within each pipeline's window."""
+    if not pipelines:
+        return {}
+    windows = {p.pk: window_seconds(p) for p in pipelines}
+    since = now - timedelta(seconds=max(windows.values()))
+    out: dict[int, list[Sample]] = {}
+    rows = LagSample.objects.filter(
+        pipeline_id__in=list(windows), at__gte=since, at__lte=now, records__isnull=False
+    ).values_list("pipeline_id", "at", "records", "committed")
+    for pipeline_id, at, records, committed in rows:
+        out.setdefault(pipeline_id, []).append(Sample(at=at, lag=records, committed=committed or 0))
+    return out
 
 
 def _sample(progress: BatchProgress) -> Sample:
@@ -255,88 +400,200 @@ def _sample(progress: BatchProgress) -> Sample:
     return Sample(at=progress.reported_at, lag=lag, committed=sum(end.values()))
 
 
-def _reported_checkpoint(pipeline: Pipeline, now: datetime) -> tuple[dict, dict]:
-    """Where the checkpoint cannot be read: the last batch a driver reported."""
-    last = BatchProgress.objects.filter(run__pipeline=pipeline).order_by("-reported_at").first()
-    if last is None:
-        return {}, {
-            "source": None,
-            "last_batch_id": None,
-            "last_commit_at": None,
-            "age_seconds": None,
-            "committed_offsets": {},
-            "in_flight": [],
-        }
-    return _flat(last.end_offsets), {
-        "source": "progress",
-        "last_batch_id": last.batch_id,
-        "last_commit_at": _iso(last.reported_at),
-        "age_seconds": _age(now, last.reported_at),
-        "committed_offsets": last.end_offsets or {},
+def lag_history(pipeline: Pipeline, since: datetime) -> list[dict]:
+    """The collector's lag samples since `since`, oldest first (also while the job was
+    down): what the lag chart draws."""
+    rows = LagSample.objects.filter(pipeline=pipeline, at__gte=since).order_by("at")
+    return [
+        {"at": _iso(at), "records": records, "seconds": seconds}
+        for at, records, seconds in rows.values_list("at", "records", "seconds")[:HISTORY_POINTS]
+    ]
+
+
+def _no_checkpoint() -> dict:
+    return {
+        "source": None,
+        "last_batch_id": None,
+        "last_commit_at": None,
+        "age_seconds": None,
+        "committed_offsets": {},
         "in_flight": [],
     }
 
 
-def _kafka_lag(
-    pipeline: Pipeline, committed: dict, now: datetime, lookups: KafkaLookups | None = None
-) -> dict:
+def _reported_checkpoints(pipelines: list[Pipeline], now: datetime) -> dict[int, tuple]:
+    """Where the checkpoint cannot be read: the last batch each pipeline's drivers reported."""
+    out = {p.pk: ({}, _no_checkpoint()) for p in pipelines}
+    if not pipelines:
+        return out
+    last = (
+        BatchProgress.objects.filter(run__pipeline_id__in=list(out))
+        .annotate(pipeline_id=F("run__pipeline_id"))
+        .order_by("run__pipeline_id", "-reported_at", "-id")
+        .distinct("run__pipeline_id")
+        .values("pipeline_id", "batch_id", "reported_at", "end_offsets")
+    )
+    for row in last:
+        out[row["pipeline_id"]] = (
+            _flat(row["end_offsets"]),
+            {
+                "source": "progress",
+                "last_batch_id": row["batch_id"],
+                "last_commit_at": _iso(row["reported_at"]),
+                "age_seconds": _age(now, row["reported_at"]),
+                "committed_offsets": row["end_offsets"] or {},
+                "in_flight": [],
+            },
+        )
+    return out
+
+
+def _kafka_lags(
+    pipelines: list[Pipeline],
+    positions: dict[int, tuple[dict, dict]],
+    now: datetime,
+    lookups: KafkaLookups,
+    starts: dict[int, dict],
+) -> dict[int, tuple[dict, dict | None]]:
+    """Each pipeline's lag, and its start offsets if it has committed nothing yet: one
+    metadata consumer and one log-bounds lookup per Kafka connection for all its pipelines."""
+    by_connection: dict[str, list[Pipeline]] = {}
+    for pipeline in pipelines:
+        by_connection.setdefault(pipeline.spec["source"]["connection"], []).append(pipeline)
+    connections = {c.name: c for c in Connection.objects.filter(name__in=list(by_connection))}
+    out = {}
+    for name, members in by_connection.items():
+        out.update(_cluster_lags(connections.get(name), members, positions, now, lookups, starts))
+    return out
+
+
+def _cluster_lags(connection, pipelines, positions, now, lookups, starts) -> dict:
     from kafka import TopicPartition
 
-    lookups = lookups or KafkaLookups()
-    source = pipeline.spec["source"]
-    out = {"records": None, "seconds": None, "partitions": [], "error": None}
+    empty = {"records": None, "seconds": None, "partitions": [], "error": None}
+    if connection is None:
+        error = "its Kafka connection does not exist"
+        return {p.pk: ({**empty, "error": error}, None) for p in pipelines}
     try:
-        connection = pipeline.connections.get(name=source["connection"])
         config = {
             **kafka_client_config(connection.settings, connection.get_secrets()),
-            # An API answer must not hang on a dead cluster.
+            # A round must not hang on a dead cluster.
             "bootstrap_timeout_ms": 3_000,
             "request_timeout_ms": 5_000,
             # Pooled consumers: see added partitions within seconds, not minutes.
             "metadata_max_age_ms": 10_000,
         }
         consumer = kafka_lookups.acquire(config)
-    except Exception as exc:  # an unreachable cluster is a figure we cannot give, not a 500
-        log.warning("pipeline %s: no Kafka lag: %s", pipeline.name, exc)
-        return {**out, "error": mask(f"cannot reach Kafka: {exc}")}
+    except Exception as exc:  # an unreachable cluster is a figure we cannot give
+        log.warning("connection %s: no Kafka lag: %s", connection.name, exc)
+        error = mask(f"cannot reach Kafka: {exc}")
+        return {p.pk: ({**empty, "error": error}, None) for p in pipelines}
     healthy = False
+    out = {}
     try:
-        partitions = [
-            (topic, p)
-            for topic in source["topics"]
-            for p in sorted(consumer.partitions_for_topic(topic) or ())
-        ]
-        if not partitions:
-            healthy = True
-            return {**out, "error": "the topics have no partitions (do they exist?)"}
-        earliest, ends = lookups.bounds(config, consumer, partitions)
-        lags = partition_lags(committed, ends, earliest)
-        oldest = None
-        for lag in lags:
-            if lag.lag > 0:
-                position = lag.committed
-                if position is None:
-                    position = earliest[(lag.topic, lag.partition)]
-                found = lookups.record_time(
-                    config, consumer, TopicPartition(lag.topic, lag.partition), position, lag.end
-                )
-                if found is not None and (oldest is None or found[1] < oldest):
-                    oldest = found[1]
-        seconds = 0.0
-        if oldest is not None:
-            seconds = max(0.0, now.timestamp() - oldest / 1000)
+        topics = sorted({t for p in pipelines for t in p.spec["source"]["topics"]})
+        partitions_of = {t: sorted(consumer.partitions_for_topic(t) or ()) for t in topics}
+        everything = sorted((t, n) for t in topics for n in partitions_of[t])
+        earliest, ends = lookups.bounds(config, consumer, everything) if everything else ({}, {})
         healthy = True
-        return {
-            "records": sum(lag.lag for lag in lags),
-            "seconds": seconds,
-            "partitions": [lag.as_dict() for lag in lags],
-            "error": None,
-        }
+        for pipeline in pipelines:
+            source = pipeline.spec["source"]
+            mine = [(t, n) for t in source["topics"] for n in partitions_of[t]]
+            if not mine:
+                out[pipeline.pk] = (
+                    {**empty, "error": "the topics have no partitions (do they exist?)"},
+                    None,
+                )
+                continue
+            committed, _ = positions[pipeline.pk]
+            start = None
+            if not committed:
+                start = _start_offsets(pipeline, mine, earliest, ends, consumer, starts)
+            lags = partition_lags(committed or start or {}, {tp: ends[tp] for tp in mine}, earliest)
+            oldest = None
+            for lag in lags:
+                if lag.lag > 0:
+                    position = lag.committed
+                    if position is None:
+                        position = earliest[(lag.topic, lag.partition)]
+                    found = lookups.record_time(
+                        config,
+                        consumer,
+                        TopicPartition(lag.topic, lag.partition),
+                        position,
+                        lag.end,
+                    )
+                    if found is not None and (oldest is None or found[1] < oldest):
+                        oldest = found[1]
+            seconds = 0.0 if oldest is None else max(0.0, now.timestamp() - oldest / 1000)
+            out[pipeline.pk] = (
+                {
+                    "records": sum(lag.lag for lag in lags),
+                    "seconds": seconds,
+                    "partitions": [lag.as_dict() for lag in lags],
+                    "error": None,
+                    "from": "committed" if committed else "start",
+                },
+                start,
+            )
+        return out
     except Exception as exc:
-        log.warning("pipeline %s: no Kafka lag: %s", pipeline.name, exc)
-        return {**out, "error": mask(f"cannot read offsets from Kafka: {exc}")}
+        healthy = False
+        log.warning("connection %s: no Kafka lag: %s", connection.name, exc)
+        error = mask(f"cannot read offsets from Kafka: {exc}")
+        return {p.pk: out.get(p.pk) or ({**empty, "error": error}, None) for p in pipelines}
     finally:
         kafka_lookups.release(config, consumer, healthy=healthy)
+
+
+def _start_offsets(pipeline, partitions, earliest, ends, consumer, starts) -> dict:
+    """Where a pipeline that has committed nothing starts reading, per partition: what its
+    source wrote into the checkpoint when the query first started, else what an earlier
+    round resolved, else its spec's `starting_offsets` resolved now. `latest` (and -1) is the
+    log end: while the pipeline has never run that follows the log (its lag stays 0); once it
+    has, the end first seen is kept (records after it are lag)."""
+    written = initial_offsets(checkpoint_path(pipeline))
+    if written:
+        return {tp: written.get(tp, earliest.get(tp, 0)) for tp in partitions}
+    known = flatten(starts.get(pipeline.pk) or {})
+    if known and all(tp in known for tp in partitions):
+        return {tp: known[tp] for tp in partitions}
+    starting = pipeline.spec["source"].get("starting_offsets", "latest")
+    out = {}
+    at = starting_timestamp_ms(starting)
+    if at is not None:
+        from kafka import TopicPartition
+
+        found = consumer.offsets_for_times({TopicPartition(t, n): at for t, n in partitions})
+        for t, n in partitions:
+            hit = found.get(TopicPartition(t, n))
+            out[(t, n)] = hit.offset if hit is not None else ends[(t, n)]
+        return out
+    requested = flatten(starting) if isinstance(starting, dict) else {}
+    for tp in partitions:
+        if tp in known:
+            out[tp] = known[tp]
+            continue
+        wanted = requested.get(tp, -2) if isinstance(starting, dict) else starting
+        if wanted in ("earliest", -2):
+            out[tp] = earliest[tp]
+        elif wanted in ("latest", -1):
+            out[tp] = ends[tp]
+        else:
+            out[tp] = min(max(int(wanted), earliest[tp]), ends[tp])
+    return out
+
+
+def initial_offsets(checkpoint: Path) -> dict[tuple[str, int], int]:
+    """The offsets a query's Kafka source started from, as it wrote them into its checkpoint
+    at its first start (Spark's connector: `sources/0/0`, a version line then JSON, after a
+    zero byte kept for Spark 2.1); {} if there are none."""
+    try:
+        text = (checkpoint / "sources" / "0" / "0").read_bytes().lstrip(b"\x00").decode()
+        lines = text.splitlines()
+        return flatten(json.loads(lines[1] if lines[0].startswith("v") else lines[0]))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return {}
 
 
 def _flat(offsets) -> dict[tuple[str, int], int]:

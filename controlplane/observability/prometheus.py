@@ -1,5 +1,6 @@
-"""Prometheus text exposition at /metrics: the same figures as the metrics API, per pipeline,
-and each shared Spark application's state, load and size.
+"""Prometheus exposition at /metrics (prometheus_client, a custom collector): the same stored
+figures as the metrics API, per pipeline, with their age, and each shared Spark application's
+state, load and size.
 
 Scraped with an API token (Prometheus: `authorization: {type: Token, credentials: cpt_...}`).
 """
@@ -10,12 +11,16 @@ from django.db.models import Count, F
 from django.http import HttpResponse
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from rest_framework.decorators import api_view, renderer_classes
 from rest_framework.renderers import BaseRenderer
 
 from controlplane.definitions.models import (
     ApplicationStatus,
     Pipeline,
+    PipelineFigures,
     ReconcilerState,
     Run,
     RunState,
@@ -23,10 +28,6 @@ from controlplane.definitions.models import (
     Status,
 )
 
-from . import metrics
-from .kafka_lookups import KafkaLookups
-
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LEVELS = {"ok": 0, "low": 1, "high": 2}
 LAG_STATUSES = ("ok", "lagging", "stalled", "stopped")
 
@@ -54,6 +55,12 @@ FAMILIES = [
     ("cp_last_commit_age_seconds", "gauge", "seconds since the last committed batch"),
     ("cp_last_batch_id", "gauge", "id of the last committed batch"),
     ("cp_reconciler_last_tick_age_seconds", "gauge", "seconds since the reconcile tick ran"),
+    ("cp_figures_age_seconds", "gauge", "age of the pipeline's figures (the collector's round)"),
+    (
+        "cp_metrics_collected_age_seconds",
+        "gauge",
+        "seconds since the metrics collector's last round",
+    ),
     (
         "cp_pipeline_placement_info",
         "gauge",
@@ -73,62 +80,95 @@ FAMILIES = [
 ]
 
 
-def _label(value) -> str:
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+class StoredFigures:
+    """A prometheus_client collector over what the control plane stored: the metrics
+    collector's figures per pipeline (with their age), the pipelines' status and restarts,
+    the shared applications' state, and the reconcile tick's age. A scrape asks neither
+    Kafka nor a checkpoint: a few queries, whatever the number of pipelines."""
 
+    def __init__(self, now):
+        self.now = now
 
-def exposition(now) -> str:
-    samples: dict[str, list[str]] = {name: [] for name, _, _ in FAMILIES}
+    def collect(self):
+        families = {}
+        for name, kind, help_text in FAMILIES:
+            family = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+            families[name] = (family, help_text, [])
 
-    def add(name: str, labels: dict, value) -> None:
-        if value is None:
-            return
-        text = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
-        samples[name].append(f"{name}{{{text}}} {float(value)!r}")
+        def add(name: str, labels: dict, value) -> None:
+            if value is not None:
+                families[name][2].append((labels, float(value)))
 
-    lookups = KafkaLookups()  # one lookup per cluster and topic set for the whole scrape
-    # The shared application each pipeline's current run is placed in.
-    placed = dict(
-        Run.objects.filter(state__in=RunState.active(), application__isnull=False).values_list(
-            "pipeline_id", "application__name"
+        now = self.now
+        placed = dict(
+            Run.objects.filter(state__in=RunState.active(), application__isnull=False).values_list(
+                "pipeline_id", "application__name"
+            )
         )
-    )
-    for pipeline in Pipeline.objects.order_by("name"):
-        figures = metrics.pipeline_metrics(pipeline, now, lookups)
-        who = {"pipeline": pipeline.name}
-        where = {"placement": pipeline.placement, "application": placed.get(pipeline.pk, "")}
-        add("cp_pipeline_placement_info", {**who, **where}, 1)
-        for status in Status.values:
-            add("cp_pipeline_status", {**who, "status": status}, int(pipeline.status == status))
-        add("cp_pipeline_restarts_total", who, pipeline.restarts)
-        add("cp_pipeline_restart_attempt", who, pipeline.attempt)
-        lag = figures["lag"]
-        add("cp_lag_records", who, lag["records"])
-        add("cp_lag_seconds", who, lag["seconds"])
-        for status in LAG_STATUSES:
-            add("cp_lag_status", {**who, "status": status}, int(lag["status"] == status))
-        for p in lag["partitions"]:
-            labels = {**who, "topic": p["topic"], "partition": p["partition"]}
-            add("cp_partition_lag_records", labels, p["lag"])
-        pressure = figures["backpressure"]
-        add("cp_backpressure_busy_ratio", who, pressure["busy_ratio"])
-        add("cp_backpressure_level", who, LEVELS[pressure["level"]])
-        add("cp_input_rows_per_second", who, figures["throughput"]["input_rows_per_second"])
-        add(
-            "cp_processed_rows_per_second",
-            who,
-            figures["throughput"]["processed_rows_per_second"],
-        )
-        add("cp_last_commit_age_seconds", who, figures["checkpoint"]["age_seconds"])
-        add("cp_last_batch_id", who, figures["checkpoint"]["last_batch_id"])
-    _applications(add)
-    state = ReconcilerState.objects.filter(id=1).first()
-    if state and state.last_tick_at:
-        add("cp_reconciler_last_tick_age_seconds", {}, (now - state.last_tick_at).total_seconds())
-    lines = []
-    for name, kind, help_text in FAMILIES:
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples[name]]
-    return "\n".join(lines) + "\n"
+        stored = {f.pipeline_id: f for f in PipelineFigures.objects.all()}
+        for pipeline in Pipeline.objects.order_by("name").only(
+            "id", "name", "status", "placement", "restarts", "attempt"
+        ):
+            who = {"pipeline": pipeline.name}
+            where = {"placement": pipeline.placement, "application": placed.get(pipeline.pk, "")}
+            add("cp_pipeline_placement_info", {**who, **where}, 1)
+            for status in Status.values:
+                add("cp_pipeline_status", {**who, "status": status}, int(pipeline.status == status))
+            add("cp_pipeline_restarts_total", who, pipeline.restarts)
+            add("cp_pipeline_restart_attempt", who, pipeline.attempt)
+            row = stored.get(pipeline.pk)
+            if row is None:
+                continue  # not collected yet: no figures rather than made-up ones
+            figures = row.figures
+            add("cp_figures_age_seconds", who, (now - row.collected_at).total_seconds())
+            lag = figures["lag"]
+            add("cp_lag_records", who, lag["records"])
+            add("cp_lag_seconds", who, lag["seconds"])
+            for status in LAG_STATUSES:
+                add("cp_lag_status", {**who, "status": status}, int(lag["status"] == status))
+            for p in lag["partitions"]:
+                labels = {**who, "topic": p["topic"], "partition": str(p["partition"])}
+                add("cp_partition_lag_records", labels, p["lag"])
+            pressure = figures["backpressure"]
+            add("cp_backpressure_busy_ratio", who, pressure["busy_ratio"])
+            add("cp_backpressure_level", who, LEVELS[pressure["level"]])
+            throughput = figures["throughput"]
+            add("cp_input_rows_per_second", who, throughput["input_rows_per_second"])
+            add("cp_processed_rows_per_second", who, throughput["processed_rows_per_second"])
+            add("cp_last_commit_age_seconds", who, _age(now, figures["checkpoint"]))
+            add("cp_last_batch_id", who, figures["checkpoint"]["last_batch_id"])
+        _applications(add)
+        state = ReconcilerState.objects.filter(id=1).first()
+        if state and state.last_tick_at:
+            add(
+                "cp_reconciler_last_tick_age_seconds",
+                {},
+                (now - state.last_tick_at).total_seconds(),
+            )
+        newest = max((f.collected_at for f in stored.values()), default=None)
+        if newest is not None:
+            add("cp_metrics_collected_age_seconds", {}, (now - newest).total_seconds())
+        for name, (family, help_text, samples) in families.items():
+            keys = list(dict.fromkeys(k for labels, _ in samples for k in labels))
+            metric = family(name, help_text, labels=keys)
+            for labels, value in samples:
+                metric.add_metric([str(labels.get(k, "")) for k in keys], value)
+            yield metric
+
+
+def _age(now, checkpoint: dict) -> float | None:
+    """Seconds since the last commit, now (the stored age was the collector's)."""
+    from django.utils.dateparse import parse_datetime
+
+    at = checkpoint.get("last_commit_at")
+    moment = parse_datetime(at) if at else None
+    return (now - moment).total_seconds() if moment else None
+
+
+def exposition(now) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoredFigures(now))
+    return generate_latest(registry)
 
 
 def _applications(add) -> None:
@@ -157,4 +197,4 @@ def _applications(add) -> None:
 @api_view(["GET"])
 @renderer_classes([PrometheusRenderer])
 def prometheus_metrics(request) -> HttpResponse:
-    return HttpResponse(exposition(timezone.now()), content_type=CONTENT_TYPE)
+    return HttpResponse(exposition(timezone.now()), content_type=CONTENT_TYPE_PLAIN_0_0_4)

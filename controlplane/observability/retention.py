@@ -12,7 +12,7 @@ from django.db import transaction
 from django.db.models import Count, Max, Sum
 from django.db.models.functions import Coalesce, TruncHour
 
-from controlplane.definitions.models import BatchProgress, ProgressRollup
+from controlplane.definitions.models import BatchProgress, LagSample, ProgressRollup
 
 log = logging.getLogger("controlplane.retention")
 
@@ -51,6 +51,18 @@ def compact_progress(now: datetime) -> dict:
             rolled += b["batches"]
         deleted, _ = old.delete()
         expired, _ = ProgressRollup.objects.filter(bucket_start__lt=rollup_cutoff).delete()
-    if rolled or expired:
-        log.info("progress: %s raw rows rolled up, %s old roll-ups dropped", rolled, expired)
-    return {"rolled_up": rolled, "deleted": deleted, "expired_rollups": expired}
+    sample_cutoff = now - timedelta(hours=settings.CONTROLPLANE_LAG_SAMPLE_HOURS)
+    samples, _ = LagSample.objects.filter(at__lt=sample_cutoff).delete()
+    if rolled or expired or samples:
+        log.info(
+            "progress: %s raw rows rolled up, %s old roll-ups dropped, %s lag samples dropped",
+            rolled,
+            expired,
+            samples,
+        )
+    return {
+        "rolled_up": rolled,
+        "deleted": deleted,
+        "expired_rollups": expired,
+        "expired_lag_samples": samples,
+    }

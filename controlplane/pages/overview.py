@@ -1,13 +1,13 @@
-"""The overview's rows: every pipeline's live figures, problems first."""
+"""The overview's rows: every pipeline's stored figures, problems first (or sorted as
+asked), a page at a time."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
 
-from controlplane.definitions.models import Pipeline, Status
+from controlplane.definitions.models import Pipeline, PipelineFigures, Status
 from controlplane.observability import metrics
-from controlplane.observability.kafka_lookups import KafkaLookups
 
 # Severity, highest first: what an on-call engineer must look at before anything else.
 FAILING, RECOVERING, DEGRADED, HEALTHY, QUIET = 0, 1, 2, 3, 4
@@ -37,12 +37,25 @@ STATUS_SYMBOLS = {
 }
 
 
+SORTS = {
+    # name: (label, key over a Row); ties by name
+    "severity": ("problems first", lambda r: (r.severity, r.pipeline.name)),
+    "name": ("name", lambda r: r.pipeline.name),
+    "lag": ("lag (records)", lambda r: (-(r.lag_records or -1), r.pipeline.name)),
+    "lag_time": ("lag (time)", lambda r: (-(r.lag_seconds or -1.0), r.pipeline.name)),
+    "restarts": ("restarts", lambda r: (-r.pipeline.restarts, r.pipeline.name)),
+}
+PAGE_SIZE = 50
+
+
 @dataclass
 class Row:
     pipeline: Pipeline
     severity: int
     why: str
-    figures: dict
+    lag_records: int | None
+    lag_seconds: float | None
+    figures: dict | None = None
 
     @property
     def severity_name(self) -> str:
@@ -51,6 +64,16 @@ class Row:
     @property
     def symbol(self) -> str:
         return STATUS_SYMBOLS.get(self.pipeline.status, "?")
+
+
+@dataclass
+class Page:
+    rows: list[Row]  # this page's, with their figures
+    number: int
+    pages: int
+    matching: int  # rows that pass the search and filter
+    problems: int  # of all pipelines, failing, recovering or degraded
+    collected_at: datetime | None  # the oldest figures on this page
 
 
 def classify(pipeline: Pipeline, figures: dict) -> tuple[int, str]:
@@ -72,18 +95,70 @@ def classify(pipeline: Pipeline, figures: dict) -> tuple[int, str]:
     return QUIET, pipeline.get_status_display().lower()
 
 
-def rows(now: datetime, *, query: str = "", show: str = "all") -> list[Row]:
-    pipelines = Pipeline.objects.order_by("name")
+def rows(
+    now: datetime,
+    *,
+    query: str = "",
+    show: str = "all",
+    sort: str = "severity",
+    page: int = 1,
+    page_size: int = PAGE_SIZE,
+) -> Page:
+    """One page of the overview from the figures the metrics collector stored: every
+    pipeline classified and sorted from a few stored columns (one query), then the full
+    figures of the page's rows only (one more)."""
+    pipelines = Pipeline.objects.select_related("figures").only(
+        "id",
+        "name",
+        "status",
+        "desired_state",
+        "attempt",
+        "restarts",
+        "next_attempt_at",
+        "figures__collected_at",
+        "figures__lag_records",
+        "figures__lag_seconds",
+        "figures__lag_status",
+        "figures__lag_error",
+        "figures__backpressure",
+    )
+    everything = []
+    for pipeline in pipelines.order_by("name"):
+        stored = getattr(pipeline, "figures", None)
+        summary = {
+            "lag": {
+                "error": stored.lag_error if stored else "",
+                "status": stored.lag_status if stored else "",
+            },
+            "backpressure": {"level": stored.backpressure if stored else "ok"},
+        }
+        severity, why = classify(pipeline, summary)
+        everything.append(
+            Row(
+                pipeline,
+                severity,
+                why,
+                stored.lag_records if stored else None,
+                stored.lag_seconds if stored else None,
+            )
+        )
+    problems = sum(1 for r in everything if r.severity < HEALTHY)
+    found = everything
     if query:
-        pipelines = pipelines.filter(name__icontains=query.strip())
-    lookups = KafkaLookups()  # one Kafka lookup per topic for the whole page
-    out = []
-    for pipeline in pipelines:
-        figures = metrics.pipeline_metrics(pipeline, now, lookups)
-        severity, why = classify(pipeline, figures)
-        out.append(Row(pipeline, severity, why, figures))
+        needle = query.strip().lower()
+        found = [r for r in found if needle in r.pipeline.name.lower()]
     wanted = FILTERS.get(show)
     if wanted is not None:
-        out = [r for r in out if r.severity in wanted]
-    out.sort(key=lambda r: (r.severity, r.pipeline.name))
-    return out
+        found = [r for r in found if r.severity in wanted]
+    found.sort(key=SORTS.get(sort, SORTS["severity"])[1])
+    pages = max(1, -(-len(found) // page_size))
+    number = min(max(1, page), pages)
+    shown = found[(number - 1) * page_size : number * page_size]
+    stored_rows = {
+        f.pipeline_id: f
+        for f in PipelineFigures.objects.filter(pipeline_id__in=[r.pipeline.pk for r in shown])
+    }
+    for row in shown:
+        row.figures = metrics.stored(row.pipeline, now, stored_rows.get(row.pipeline.pk))
+    times = [f.collected_at for f in stored_rows.values()]
+    return Page(shown, number, pages, len(found), problems, min(times) if times else None)

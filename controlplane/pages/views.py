@@ -39,16 +39,27 @@ def _overview_context(request) -> dict:
     show = request.GET.get("show", "all")
     if show not in overview.FILTERS:
         show = "all"
+    sort = request.GET.get("sort", "severity")
+    if sort not in overview.SORTS:
+        sort = "severity"
+    try:
+        page = int(request.GET.get("page", "1"))
+    except ValueError:
+        page = 1
     query = request.GET.get("q", "")[:100]
     now = timezone.now()
-    found = overview.rows(now, query=query, show=show)
+    found = overview.rows(now, query=query, show=show, sort=sort, page=page)
     return {
-        "rows": found,
+        "rows": found.rows,
+        "page": found,
         "show": show,
+        "sort": sort,
+        "sorts": {key: label for key, (label, _) in overview.SORTS.items()},
         "q": query,
         "filters": list(overview.FILTERS),
         "now": now,
-        "problems": sum(1 for r in found if r.severity < overview.HEALTHY),
+        "problems": found.problems,
+        "figures_age": (now - found.collected_at).total_seconds() if found.collected_at else None,
         "reconciler": ReconcilerState.objects.filter(id=1).first(),
         "refresh_seconds": OVERVIEW_REFRESH_SECONDS,
     }
@@ -64,7 +75,7 @@ def pipeline_page(request, name: str):
     spec and versions."""
     pipeline = get_object_or_404(Pipeline, name=name)
     now = timezone.now()
-    figures = metrics.pipeline_metrics(pipeline, now)
+    figures = metrics.stored(pipeline, now)
     versions = list(pipeline.versions.select_related("created_by").order_by("-version")[:20])
     return render(
         request,

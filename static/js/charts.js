@@ -1,5 +1,6 @@
 // Charts of a pipeline's recent batches (uPlot, served from static/vendor), from the API's
-// /metrics/history/ with the page's own session. Redrawn every 10 s.
+// /metrics/history/ with the page's own session: per batch, and the lag as the metrics
+// collector sampled it (also while the job was down). Redrawn every 10 s.
 (function () {
   "use strict";
   const root = document.getElementById("charts");
@@ -8,7 +9,7 @@
   const charts = [
     { title: "Rows per second", series: [["input_rows_per_second", "in", "#2563eb"], ["processed_rows_per_second", "processed", "#16a34a"]] },
     { title: "Batch duration (ms)", series: [["batch_duration_ms", "duration", "#9333ea"]] },
-    { title: "Lag (records)", series: [["lag_records", "lag", "#dc2626"]] },
+    { title: "Lag (records)", source: "lag", series: [["records", "lag", "#dc2626"]] },
     { title: "Busy ratio (duration / trigger)", series: [["busy_ratio", "busy", "#d97706"]] },
   ];
   const plots = [];
@@ -20,10 +21,10 @@
     return [xs, ...chart.series.map(([key]) => points.map((p) => p[key]))];
   }
 
-  function draw(points) {
-    root.querySelector(".chart-empty").hidden = points.length > 0;
+  function draw(body) {
+    root.querySelector(".chart-empty").hidden = body.points.length + body.lag.length > 0;
     charts.forEach((chart, i) => {
-      const data = columns(points, chart);
+      const data = columns(chart.source === "lag" ? body.lag : body.points, chart);
       if (plots[i]) { plots[i].setData(data); return; }
       const box = document.createElement("figure");
       box.className = "chart";
@@ -42,7 +43,7 @@
     const since = new Date(Date.now() - 3600 * 1000).toISOString();
     try {
       const response = await fetch(`${url}?since=${encodeURIComponent(since)}`, { credentials: "same-origin", headers: { Accept: "application/json" } });
-      if (response.ok) draw((await response.json()).points);
+      if (response.ok) draw(await response.json());
     } catch (e) { /* the next refresh tries again */ }
   }
 

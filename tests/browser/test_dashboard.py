@@ -19,6 +19,7 @@ from playwright.sync_api import expect, sync_playwright
 
 from controlplane.accounts.roles import set_role
 from controlplane.definitions.models import AuditEntry, Run, RunState
+from controlplane.observability.collector import collect
 from controlplane.supervision import launcher, reconciler
 from tests.kafka_helpers import produce
 from tests.test_launch_and_stop import new_pipeline
@@ -55,7 +56,8 @@ def browser():
 @pytest.fixture
 def ticking(settings, tmp_path, live_server):
     """The control plane as it runs: drivers report to the live server; the reconciler ticks
-    every half second in the background (as Celery beat would, faster)."""
+    every half second in the background and the metrics collector every two seconds (as
+    Celery beat would, faster)."""
     settings.CONTROLPLANE_URL = live_server.url
     settings.CONTROLPLANE_HEARTBEAT_SECONDS = 1
     settings.CONTROLPLANE_RUNS_ROOT = tmp_path / "runs"
@@ -66,8 +68,12 @@ def ticking(settings, tmp_path, live_server):
         from django.db import connection
 
         try:
+            rounds = 0
             while not stop.is_set():
                 reconciler.tick(timezone.now())
+                if rounds % 4 == 0:
+                    collect(timezone.now())
+                rounds += 1
                 stop.wait(0.5)
         finally:
             connection.close()
