@@ -15,6 +15,7 @@ from django.db import connection
 
 from controlplane.definitions.models import Pipeline, ReconcilerState, Run
 from controlplane.supervision import launcher, reconciler
+from tests.factories import valid_spec
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,11 +69,24 @@ def ticks() -> int:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_celery_beat_and_a_worker_run_the_tick_through_redis(tmp_path):
-    worker = start_worker(worker_env(tmp_path), tmp_path)
+def test_celery_beat_and_a_worker_run_the_tick_and_the_metrics_collector_through_redis(
+    tmp_path,
+):
+    from controlplane.definitions.models import LagSample
+
+    pipeline = Pipeline.objects.create(name="sampled", spec=valid_spec())
+    env = {**worker_env(tmp_path), "CONTROLPLANE_COLLECT_SECONDS": "1"}
+    worker = start_worker(env, tmp_path)
     try:
         assert wait_for(lambda: ticks() >= 2 or worker.poll() is not None, timeout=60)
         assert ticks() >= 2, (tmp_path / "celery.log").read_text()
+        # The collector's rounds: a lag sample each (its connection does not exist here, so
+        # the lag is unknown, and says why).
+        samples = LagSample.objects.filter(pipeline=pipeline)
+        assert wait_for(lambda: samples.count() >= 2, timeout=30), (
+            tmp_path / "celery.log"
+        ).read_text()
+        assert pipeline.figures.lag_error == "its Kafka connection does not exist"
     finally:
         worker.terminate()
         worker.wait(timeout=30)
