@@ -26,6 +26,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db.models import F, Min, Window
 from django.db.models.functions import RowNumber
+from django.utils.dateparse import parse_datetime
 
 from controlplane.connections.masking import mask
 from controlplane.definitions.models import (
@@ -180,6 +181,9 @@ def stored(pipeline: Pipeline, now: datetime, row: PipelineFigures | None = None
     else:
         figures = dict(row.figures)
         collected = row.collected_at
+        # The last commit's age now, not as of the round.
+        last = parse_datetime(figures["checkpoint"].get("last_commit_at") or "")
+        figures["checkpoint"] = {**figures["checkpoint"], "age_seconds": _age(now, last)}
     figures["status"] = pipeline.status
     figures["collected_at"] = _iso(collected)
     figures["age_seconds"] = _age(now, collected)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.db.models import Count, F
 from django.http import HttpResponse
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import extend_schema
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -135,7 +136,8 @@ class StoredFigures:
             throughput = figures["throughput"]
             add("cp_input_rows_per_second", who, throughput["input_rows_per_second"])
             add("cp_processed_rows_per_second", who, throughput["processed_rows_per_second"])
-            add("cp_last_commit_age_seconds", who, _age(now, figures["checkpoint"]))
+            last = parse_datetime(figures["checkpoint"].get("last_commit_at") or "")
+            add("cp_last_commit_age_seconds", who, (now - last).total_seconds() if last else None)
             add("cp_last_batch_id", who, figures["checkpoint"]["last_batch_id"])
         _applications(add)
         state = ReconcilerState.objects.filter(id=1).first()
@@ -154,15 +156,6 @@ class StoredFigures:
             for labels, value in samples:
                 metric.add_metric([str(labels.get(k, "")) for k in keys], value)
             yield metric
-
-
-def _age(now, checkpoint: dict) -> float | None:
-    """Seconds since the last commit, now (the stored age was the collector's)."""
-    from django.utils.dateparse import parse_datetime
-
-    at = checkpoint.get("last_commit_at")
-    moment = parse_datetime(at) if at else None
-    return (now - moment).total_seconds() if moment else None
 
 
 def exposition(now) -> bytes:
