@@ -16,7 +16,7 @@ import logging
 import time
 from datetime import datetime
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from controlplane.definitions.models import LagSample, Pipeline, PipelineFigures
 
@@ -82,6 +82,27 @@ def _round(now: datetime) -> dict:
                 start_offsets=_nested(start) if start else None,
             )
         )
+    try:
+        _store(samples, rows)
+    except IntegrityError:
+        # A pipeline was deleted during the round: store the others.
+        alive = set(Pipeline.objects.values_list("pk", flat=True))
+        _store(
+            [x for x in samples if x.pipeline_id in alive],
+            [x for x in rows if x.pipeline_id in alive],
+        )
+    seconds = time.perf_counter() - started
+    summary = {
+        "pipelines": len(pipelines),
+        "lag_unknown": unknown,
+        "kafka_bound_lookups": lookups.broker_lookups,
+        "seconds": round(seconds, 3),
+    }
+    log.info("metrics round: %s", summary)
+    return summary
+
+
+def _store(samples: list[LagSample], rows: list[PipelineFigures]) -> None:
     with transaction.atomic():
         LagSample.objects.bulk_create(samples, batch_size=1000)
         PipelineFigures.objects.bulk_create(
@@ -100,15 +121,6 @@ def _round(now: datetime) -> dict:
                 "start_offsets",
             ],
         )
-    seconds = time.perf_counter() - started
-    summary = {
-        "pipelines": len(pipelines),
-        "lag_unknown": unknown,
-        "kafka_bound_lookups": lookups.broker_lookups,
-        "seconds": round(seconds, 3),
-    }
-    log.info("metrics round: %s", summary)
-    return summary
 
 
 def _nested(offsets: dict) -> dict:
