@@ -64,3 +64,22 @@ def test_rounds_never_overlap():
         assert collector.collect(NOW)["pipelines"] == 1
     finally:
         other.close()
+
+
+def test_the_last_commit_shown_is_the_newest_a_running_driver_reported_since_the_round(db):
+    from controlplane.definitions.models import Run
+
+    pipeline = make("moving")
+    collector.collect(NOW)
+    assert metrics.stored(pipeline, NOW)["checkpoint"]["last_batch_id"] is None
+    Run.objects.create(
+        pipeline=pipeline,
+        generation=1,
+        spec_version=1,
+        state="running",
+        last_batch_id=41,
+        last_batch_at=NOW + timedelta(seconds=8),
+    )
+    checkpoint = metrics.stored(pipeline, NOW + timedelta(seconds=9))["checkpoint"]
+    assert (checkpoint["last_batch_id"], checkpoint["age_seconds"]) == (41, 1.0)
+    assert checkpoint["last_commit_at"] == "2026-11-23T12:00:08Z"

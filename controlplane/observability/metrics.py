@@ -169,10 +169,31 @@ def pipeline_metrics(
     return compute([pipeline], now, lookups)[pipeline.pk].figures
 
 
-def stored(pipeline: Pipeline, now: datetime, row: PipelineFigures | None = None) -> dict:
+LOOK_UP = object()  # stored(latest=...): not given, look it up
+
+
+def latest_batches(pipeline_ids) -> dict[int, tuple[int, datetime]]:
+    """The last batch each pipeline's active run reported, and when: newer than the
+    collector's round, from the run's row (one query for all)."""
+    rows = Run.objects.filter(
+        pipeline_id__in=list(pipeline_ids), state__in=RunState.active(), last_batch_at__isnull=False
+    ).values_list("pipeline_id", "last_batch_id", "last_batch_at")
+    return {pipeline_id: (batch, at) for pipeline_id, batch, at in rows}
+
+
+def stored(
+    pipeline: Pipeline,
+    now: datetime,
+    row: PipelineFigures | None = None,
+    latest: object = LOOK_UP,
+) -> dict:
     """The figures the collector last stored for `pipeline`, with how fresh they are
     (`collected_at`, `age_seconds`); before its first round, empty figures that say so. The
-    pipeline's status is always its current one."""
+    pipeline's status is always its current one, and the last committed batch the newer of
+    the round's and the one its running driver reported since (`latest`, from
+    `latest_batches`; looked up if not given)."""
+    if latest is LOOK_UP:
+        latest = latest_batches([pipeline.pk]).get(pipeline.pk)
     if row is None:
         row = PipelineFigures.objects.filter(pipeline=pipeline).first()
     if row is None:
@@ -181,9 +202,14 @@ def stored(pipeline: Pipeline, now: datetime, row: PipelineFigures | None = None
     else:
         figures = dict(row.figures)
         collected = row.collected_at
+        checkpoint = dict(figures["checkpoint"])
+        last = parse_datetime(checkpoint.get("last_commit_at") or "")
+        if latest is not None and (last is None or latest[1] > last):
+            checkpoint["last_batch_id"], last = latest
+            checkpoint["last_commit_at"] = _iso(last)
         # The last commit's age now, not as of the round.
-        last = parse_datetime(figures["checkpoint"].get("last_commit_at") or "")
-        figures["checkpoint"] = {**figures["checkpoint"], "age_seconds": _age(now, last)}
+        checkpoint["age_seconds"] = _age(now, last)
+        figures["checkpoint"] = checkpoint
     figures["status"] = pipeline.status
     figures["collected_at"] = _iso(collected)
     figures["age_seconds"] = _age(now, collected)

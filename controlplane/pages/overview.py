@@ -158,7 +158,9 @@ def rows(
         f.pipeline_id: f
         for f in PipelineFigures.objects.filter(pipeline_id__in=[r.pipeline.pk for r in shown])
     }
+    latest = metrics.latest_batches(r.pipeline.pk for r in shown)
     for row in shown:
-        row.figures = metrics.stored(row.pipeline, now, stored_rows.get(row.pipeline.pk))
+        pk = row.pipeline.pk
+        row.figures = metrics.stored(row.pipeline, now, stored_rows.get(pk), latest.get(pk))
     times = [f.collected_at for f in stored_rows.values()]
     return Page(shown, number, pages, len(found), problems, min(times) if times else None)
