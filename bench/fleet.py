@@ -23,7 +23,8 @@ dedicated   the baseline: each pipeline its own Spark application (the product's
 
 For both, over a --window s window (after --settle s), every --sample-every s:
   held        a pipeline is held if every sample of GET /api/pipelines/<name>/metrics/ said
-              lag.seconds < 10 and backpressure.level is not "high" (and it answered)
+              lag.seconds < 10 and backpressure.level is not "high" (and it answered); the
+              figures are the metrics collector's (beat, every CONTROLPLANE_COLLECT_SECONDS)
   memory      resident memory of the process trees (psutil, supervisor and everything under
               it): shared, the application's, median over the window; per extra pipeline
               (rss_N - rss_1) / (N - 1). Dedicated, the sum of the runs' trees; per pipeline,
