@@ -193,6 +193,11 @@ SPECTACULAR_SETTINGS = {
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "redis://127.0.0.1:56379/0")
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
+# ...but not the periodic tasks (the tick, the metrics collector, retention): each is
+# idempotent and the next one does its work, so redelivery buys nothing, and a message still
+# unacknowledged when Redis goes away makes kombu 5.7's worker crash while restoring it
+# ("Unrecoverable error: AttributeError: 'NoneType' object has no attribute 'hostname'"):
+# they ack on receipt (`acks_late=False` on the tasks).
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A broker that is down or paused costs seconds, never a hung process: sending a task (done

@@ -139,3 +139,18 @@ def test_a_failed_pipeline_is_not_relaunched_until_started_again(api, pipeline):
     response = api.post("/api/pipelines/orders/start/")
     assert response.status_code == 202
     assert response.json()["status"] == "stopped"  # the next tick launches it
+
+
+def test_the_periodic_tasks_ack_on_receipt_and_the_others_after_running():
+    """A message still unacknowledged when Redis goes away crashes kombu 5.7's worker as it
+    restores it: the periodic tasks (idempotent, redone by the next one) ack on receipt."""
+    from controlplane.celery import app
+
+    app.loader.import_default_modules()
+    for name in (
+        "controlplane.supervision.tasks.reconcile",
+        "controlplane.observability.tasks.collect_metrics",
+        "controlplane.observability.tasks.compact_progress",
+    ):
+        assert app.tasks[name].acks_late is False, name
+    assert app.tasks["controlplane.supervision.tasks.reconcile_pipeline"].acks_late is True

@@ -14,7 +14,7 @@ from . import reconciler
 log = logging.getLogger("controlplane.tasks")
 
 
-@shared_task(name="controlplane.supervision.tasks.reconcile", ignore_result=True)
+@shared_task(name="controlplane.supervision.tasks.reconcile", ignore_result=True, acks_late=False)
 def reconcile() -> dict:
     return reconciler.tick(now=timezone.now())
 
