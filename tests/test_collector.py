@@ -83,3 +83,25 @@ def test_the_last_commit_shown_is_the_newest_a_running_driver_reported_since_the
     checkpoint = metrics.stored(pipeline, NOW + timedelta(seconds=9))["checkpoint"]
     assert (checkpoint["last_batch_id"], checkpoint["age_seconds"]) == (41, 1.0)
     assert checkpoint["last_commit_at"] == "2026-11-23T12:00:08Z"
+
+
+def test_prometheus_shows_the_same_last_commit_as_the_api(db):
+    from controlplane.definitions.models import Run
+    from controlplane.observability.prometheus import exposition
+
+    pipeline = make("scraped")
+    collector.collect(NOW)
+    Run.objects.create(
+        pipeline=pipeline,
+        generation=1,
+        spec_version=1,
+        state="running",
+        last_batch_id=41,
+        last_batch_at=NOW + timedelta(seconds=8),
+    )
+    later = NOW + timedelta(seconds=9)
+    text = exposition(later).decode()
+    assert 'cp_last_batch_id{pipeline="scraped"} 41.0' in text
+    assert 'cp_last_commit_age_seconds{pipeline="scraped"} 1.0' in text
+    assert 'cp_figures_age_seconds{pipeline="scraped"} 9.0' in text
+    assert metrics.stored(pipeline, later)["checkpoint"]["last_batch_id"] == 41

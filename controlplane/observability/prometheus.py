@@ -10,7 +10,6 @@ from __future__ import annotations
 from django.db.models import Count, F
 from django.http import HttpResponse
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import extend_schema
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -28,6 +27,8 @@ from controlplane.definitions.models import (
     SparkApplication,
     Status,
 )
+
+from . import metrics
 
 LEVELS = {"ok": 0, "low": 1, "high": 2}
 LAG_STATUSES = ("ok", "lagging", "stalled", "stopped")
@@ -107,6 +108,7 @@ class StoredFigures:
             )
         )
         stored = {f.pipeline_id: f for f in PipelineFigures.objects.all()}
+        latest = metrics.latest_batches(stored)
         for pipeline in Pipeline.objects.order_by("name").only(
             "id", "name", "status", "placement", "restarts", "attempt"
         ):
@@ -120,8 +122,9 @@ class StoredFigures:
             row = stored.get(pipeline.pk)
             if row is None:
                 continue  # not collected yet: no figures rather than made-up ones
-            figures = row.figures
-            add("cp_figures_age_seconds", who, (now - row.collected_at).total_seconds())
+            # As the metrics API shows them (the last commit as fresh as the run's row).
+            figures = metrics.stored(pipeline, now, row, latest.get(pipeline.pk))
+            add("cp_figures_age_seconds", who, figures["age_seconds"])
             lag = figures["lag"]
             add("cp_lag_records", who, lag["records"])
             add("cp_lag_seconds", who, lag["seconds"])
@@ -136,8 +139,7 @@ class StoredFigures:
             throughput = figures["throughput"]
             add("cp_input_rows_per_second", who, throughput["input_rows_per_second"])
             add("cp_processed_rows_per_second", who, throughput["processed_rows_per_second"])
-            last = parse_datetime(figures["checkpoint"].get("last_commit_at") or "")
-            add("cp_last_commit_age_seconds", who, (now - last).total_seconds() if last else None)
+            add("cp_last_commit_age_seconds", who, figures["checkpoint"]["age_seconds"])
             add("cp_last_batch_id", who, figures["checkpoint"]["last_batch_id"])
         _applications(add)
         state = ReconcilerState.objects.filter(id=1).first()
