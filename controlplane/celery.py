@@ -9,10 +9,39 @@ from __future__ import annotations
 
 import os
 
-from celery import Celery
+from celery import Celery, signals
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 
 app = Celery("controlplane")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+# -- several control-plane hosts (controlplane.supervision.hosts) --------------------------
+
+_heartbeat = None
+
+
+@signals.celeryd_after_setup.connect
+def _consume_host_queue(sender, instance, **kwargs) -> None:
+    """Every worker also consumes its host's own queue: what touches a process on this host
+    (launch, stop, kill, observe) is sent there."""
+    from django.conf import settings
+
+    instance.app.amqp.queues.select_add(f"host.{settings.CONTROLPLANE_HOST_NAME}")
+
+
+@signals.worker_ready.connect
+def _start_host_heartbeat(sender, **kwargs) -> None:
+    global _heartbeat
+    from controlplane.supervision.hosts import Heartbeat
+
+    _heartbeat = Heartbeat()
+    _heartbeat.start()
+
+
+@signals.worker_shutdown.connect
+def _stop_host_heartbeat(sender, **kwargs) -> None:
+    if _heartbeat is not None:
+        _heartbeat.stop()

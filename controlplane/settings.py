@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import re
 import secrets
+import socket
 from datetime import timedelta
 from pathlib import Path
 
+import psutil
 from csp.constants import NONCE, NONE, SELF
 
 from .env import (
@@ -235,6 +237,21 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": 600.0},
     },
 }
+# Several control-plane hosts (docs/deployment.md). Each host's Celery worker also consumes
+# the queue `host.<name>`: whatever touches a process (launch, stop, kill, observe) runs on
+# the host that runs it. The name defaults to the machine's; give each host its own.
+CONTROLPLANE_HOST_NAME = env_str("CONTROLPLANE_HOST_NAME", "") or socket.gethostname()
+# How many driver processes (dedicated drivers and shared applications) this host takes;
+# by default one per 2 GiB of memory (a driver is ~1.65 GB resident).
+CONTROLPLANE_HOST_DRIVERS = env_int(
+    "CONTROLPLANE_HOST_DRIVERS", max(1, psutil.virtual_memory().total // (2 * 1024**3)), minimum=0
+)
+# A worker says its host is alive this often; a host silent for CONTROLPLANE_HOST_TIMEOUT is
+# lost: its runs' tokens are revoked (the runs end, cause `host-lost`) and they start elsewhere.
+CONTROLPLANE_HOST_HEARTBEAT_SECONDS = env_float(
+    "CONTROLPLANE_HOST_HEARTBEAT_SECONDS", 5.0, minimum=0.5
+)
+CONTROLPLANE_HOST_TIMEOUT = env_float("CONTROLPLANE_HOST_TIMEOUT", 60.0, minimum=2.0)
 # Batch progress is kept raw this long, then summed per hour; the hourly sums this long.
 CONTROLPLANE_PROGRESS_RAW_HOURS = env_float("CONTROLPLANE_PROGRESS_RAW_HOURS", 24.0, minimum=0.1)
 CONTROLPLANE_PROGRESS_ROLLUP_DAYS = env_float(

@@ -6,9 +6,10 @@ from rest_framework.routers import DefaultRouter
 
 from controlplane.api.applications import ApplicationViewSet
 from controlplane.api.connections import ConnectionViewSet
+from controlplane.api.hosts import HostList
 from controlplane.api.pipelines import AuditViewSet, PipelineViewSet
+from controlplane.api.prometheus import prometheus_metrics
 from controlplane.api.reports import ApplicationExit, RunExit, RunHeartbeat, RunProgress
-from controlplane.observability.prometheus import prometheus_metrics
 
 router = DefaultRouter()
 router.register("connections", ConnectionViewSet, basename="connection")
@@ -18,6 +19,7 @@ router.register("audit", AuditViewSet, basename="audit")
 
 api_patterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("hosts/", HostList.as_view(), name="hosts"),
     path("runs/<int:run_id>/heartbeat/", RunHeartbeat.as_view(), name="run-heartbeat"),
     path("runs/<int:run_id>/progress/", RunProgress.as_view(), name="run-progress"),
     path("runs/<int:run_id>/exit/", RunExit.as_view(), name="run-exit"),

@@ -343,37 +343,7 @@ def test_the_current_run_s_exit_report_is_recorded(running, monkeypatch):
     assert (running.state, running.cause) == ("exited", "crashed")
 
 
-# --- 5. a run on another host --------------------------------------------------------------
-
-
-def test_a_run_on_another_host_is_left_alone_and_cannot_be_killed_from_here(api, running):
-    Run.objects.filter(pk=running.pk).update(host="elsewhere", pid=4242, run_dir="/nowhere")
-    later = timezone.now() + timedelta(hours=1)  # its heartbeat is long overdue by then
-    assert reconciler.reconcile_pipeline(running.pipeline_id, later) == "elsewhere"
-    assert reconciler.reconcile_pipeline(running.pipeline_id, later) is None
-    running.refresh_from_db()
-    assert running.state == "running"  # not recorded as lost, and nothing relaunched
-    p = orders()
-    assert p.status == "running" and p.generation == 1
-    assert p.status_message.startswith("run 1 is on host elsewhere; the control plane on ")
-
-    response = api.post("/api/pipelines/orders/kill/", {"reason": "x"}, format="json")
-    assert response.status_code == 409
-    assert response.json()["detail"] == (
-        f"run 1 of pipeline 'orders' is on host elsewhere, not {socket.gethostname()}: "
-        "it cannot be killed from here"
-    )
-    assert orders().desired_state == "running"  # the refused kill changed nothing
-    running.refresh_from_db()
-    assert launcher.alive(running) is None
-    with pytest.raises(launcher.OtherHost, match="is on host elsewhere"):
-        launcher.kill(running)
-
-    # Once the run is over (its own host's control plane ended it), the message goes.
-    Run.objects.filter(pk=running.pk).update(state="exited")
-    Pipeline.objects.filter(pk=running.pipeline_id).update(desired_state="stopped")
-    reconciler.reconcile_pipeline(running.pipeline_id, later)
-    assert orders().status_message == ""
+# --- 5. a run on another host: tests/test_hosts.py ---------------------------------------
 
 
 # --- 6. process identity: pid and start time -----------------------------------------------

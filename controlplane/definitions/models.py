@@ -132,6 +132,10 @@ class Pipeline(models.Model):
     # Where its query runs: its own Spark application ("dedicated"), a shared one by name, or
     # any shared one with room ("auto").
     placement = models.CharField(max_length=63, default=DEDICATED)
+    # The control-plane host its next dedicated driver was sent to (and when): counted as
+    # that host's until the run exists there, or the placement is older than a minute.
+    placed_host = models.CharField(max_length=255, blank=True, editable=False)
+    placed_at = models.DateTimeField(null=True, blank=True, editable=False)
     connections = models.ManyToManyField(
         Connection, through="PipelineConnection", related_name="pipelines", blank=True
     )
@@ -206,6 +210,29 @@ class ReconcilerState(models.Model):
 
     def __str__(self) -> str:
         return f"reconciler (last tick {self.last_tick_at})"
+
+
+class Host(models.Model):
+    """A control-plane host: a machine whose Celery worker launches, observes, stops and
+    kills the driver processes placed on it (runs and applications name it in `host`). Its
+    worker says it is alive every few seconds; one silent for CONTROLPLANE_HOST_TIMEOUT is
+    lost, and what ran there is started elsewhere."""
+
+    name = models.CharField(max_length=255, unique=True)
+    capacity = models.PositiveIntegerField(
+        default=1, help_text="How many driver processes (dedicated drivers, applications)."
+    )
+    first_seen_at = models.DateTimeField(auto_now_add=True)
+    seen_at = models.DateTimeField(help_text="When its worker last said it is alive.")
+    # When its runs were declared lost (it had gone silent); cleared when it is heard again.
+    lost_at = models.DateTimeField(null=True, blank=True)
+    memory_bytes = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class RunState(models.TextChoices):

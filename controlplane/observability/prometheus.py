@@ -8,14 +8,8 @@ Scraped with an API token (Prometheus: `authorization: {type: Token, credentials
 from __future__ import annotations
 
 from django.db.models import Count, F
-from django.http import HttpResponse
-from django.utils import timezone
-from drf_spectacular.utils import extend_schema
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from rest_framework.decorators import api_view, renderer_classes
-from rest_framework.renderers import BaseRenderer
 
 from controlplane.definitions.models import (
     ApplicationStatus,
@@ -32,14 +26,6 @@ from . import metrics
 
 LEVELS = {"ok": 0, "low": 1, "high": 2}
 LAG_STATUSES = ("ok", "lagging", "stalled", "stopped")
-
-
-class PrometheusRenderer(BaseRenderer):
-    media_type = "text/plain"
-    format = "prometheus"
-
-    def render(self, data, accepted_media_type=None, renderer_context=None):
-        return data if isinstance(data, bytes | str) else str(data)
 
 
 FAMILIES = [
@@ -160,9 +146,13 @@ class StoredFigures:
             yield metric
 
 
-def exposition(now) -> bytes:
+def exposition(now, *more) -> bytes:
+    """The text exposition of the stored figures, and of `more` collectors (the faces add
+    the supervision's: controlplane.api.prometheus)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoredFigures(now))
+    for collector in more:
+        registry.register(collector)
     return generate_latest(registry)
 
 
@@ -186,10 +176,3 @@ def _applications(add) -> None:
         add("cp_application_resident_memory_bytes", who, app.rss_bytes)
         add("cp_application_cpu_percent", who, app.cpu_percent)
         add("cp_application_restarts_total", who, app.restarts)
-
-
-@extend_schema(exclude=True)  # Prometheus' text format, not part of the JSON API
-@api_view(["GET"])
-@renderer_classes([PrometheusRenderer])
-def prometheus_metrics(request) -> HttpResponse:
-    return HttpResponse(exposition(timezone.now()), content_type=CONTENT_TYPE_PLAIN_0_0_4)

@@ -37,7 +37,7 @@ from controlplane.definitions.models import (
     SparkApplication,
 )
 
-from . import launcher
+from . import hosts, launcher
 
 log = logging.getLogger("controlplane.applications")
 
@@ -77,14 +77,15 @@ def with_members(queryset=None):
 # -- placement (called under the pipeline's row lock) -------------------------------------
 
 
-def place(pipeline: Pipeline) -> tuple[SparkApplication | None, str]:
+def place(pipeline: Pipeline, now: datetime) -> tuple[SparkApplication | None, str]:
     """The shared application the pipeline's next run goes into, locked (so that capacity
-    holds against concurrent placements), or None and why it has to wait."""
+    holds against concurrent placements), or None and why it has to wait. Applications on
+    any live host count (the member's launch is then sent to the application's host)."""
     candidates = SparkApplication.objects.filter(
         desired_state=DesiredState.RUNNING,
         status__in=TAKES_MEMBERS,
         pid__isnull=False,
-        host=launcher.this_host(),
+        host__in=hosts.live(now),
     )
     if pipeline.placement != AUTO:
         named = SparkApplication.objects.filter(name=pipeline.placement).first()
@@ -129,9 +130,21 @@ def request_recycle(app_id: int, generation: int | None, reason: str, now: datet
 # -- the reconcile step --------------------------------------------------------------------
 
 
-def tick(now: datetime) -> dict[str, str]:
+def tick(now: datetime, *, coordinator: bool = True) -> dict[str, str]:
+    """Each application this tick looks after: those whose process is (or is being started)
+    on this host; the coordinator's tick also those to launch (placed on a host with room)
+    and those on a host that is lost."""
     actions = {}
-    for app_id, name in SparkApplication.objects.values_list("id", "name"):
+    here = hosts.here()
+    for app_id, name, host, pid, status in SparkApplication.objects.values_list(
+        "id", "name", "host", "pid", "status"
+    ):
+        has_process = bool(pid) or status == ApplicationStatus.STARTING
+        if has_process and host and host != here:
+            if not (coordinator and hosts.is_lost(host, now)):
+                continue  # its own host's tick looks after it
+        elif not has_process and not coordinator:
+            continue
         try:
             action = reconcile_application(app_id, now)
         except Exception:  # one broken application must not stop the others
@@ -142,16 +155,23 @@ def tick(now: datetime) -> dict[str, str]:
     return actions
 
 
-def reconcile_application(app_id: int, now: datetime) -> str | None:
-    """One step towards the application's desired state; returns what it did."""
+def reconcile_application(app_id: int, now: datetime, *, placed: bool = False) -> str | None:
+    """One step towards the application's desired state; returns what it did. `placed`:
+    the coordinator chose this host for its next process."""
     ended_members = None
     with transaction.atomic():
         app = SparkApplication.objects.select_for_update(skip_locked=True).filter(pk=app_id).first()
         if app is None:
             return None
-        if app.host and app.host != launcher.this_host() and app.pid:
-            return None  # another host's: neither seen nor signalled from here
-        if app.pid:
+        elsewhere = bool(app.host) and app.host != hosts.here()
+        has_process = bool(app.pid) or app.status == ApplicationStatus.STARTING
+        if elsewhere and has_process:
+            if not hosts.is_lost(app.host, now):
+                return None  # another host's: seen and signalled there
+            # Its host is lost: so is its process (its members' tokens are revoked as they end).
+            ended_members = _ended(app, {"error_tail": f"host {app.host} is lost"}, now)
+            action = ended_members[0]
+        elif app.pid:
             _measure(app, now)
             report = launcher.application_exit_report(app)
             if report is not None or launcher.application_alive(app) is False:
@@ -160,7 +180,7 @@ def reconcile_application(app_id: int, now: datetime) -> str | None:
             else:
                 action = _running(app, now)
         else:
-            action = _not_running(app, now)
+            action = _not_running(app, now, placed=placed)
     if ended_members is not None:
         _end_members(*ended_members[1:], now)
         if action in ("recycled", "lost") and app.next_attempt_at <= now:
@@ -297,7 +317,7 @@ def _running(app: SparkApplication, now: datetime) -> str | None:
     return None
 
 
-def _not_running(app: SparkApplication, now: datetime) -> str | None:
+def _not_running(app: SparkApplication, now: datetime, *, placed: bool = False) -> str | None:
     if app.desired_state != DesiredState.RUNNING:
         if app.status != ApplicationStatus.STOPPED:
             _set(app, status=ApplicationStatus.STOPPED, next_attempt_at=None)
@@ -313,6 +333,14 @@ def _not_running(app: SparkApplication, now: datetime) -> str | None:
         return None
     if app.next_attempt_at and now < app.next_attempt_at:
         return None
+    if not placed:
+        target, waiting = hosts.choose(now)
+        if target is None:
+            if app.status_message != waiting:
+                _write(app.pk, {"generation": app.generation}, status_message=waiting)
+            return None
+        if target != hosts.here():
+            return hosts.route_application(target, app.pk)
     changes = {
         "generation": app.generation + 1,
         "status": ApplicationStatus.STARTING,

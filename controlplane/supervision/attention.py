@@ -8,34 +8,36 @@ process table, which pipelines are not at rest:
 - without an active run: any whose (status, desired state) the transition table would change
   (`transitions.at_rest`), a restart whose stored time (`next_attempt_at`) has come, and a
   stale restart time left on a pipeline at rest;
-- with an active run: any run starting, stopping or being killed; on another host; of a
+- with an active run on this host: any run starting, stopping or being killed; of a
   pipeline that no longer wants it (stopped, suspended, restarted by hand); whose pipeline
   carries a message to revisit; whose heartbeats or batches are overdue (the same rules as
   the reconciler's, `silence`, without the allowance for a deaf control plane, which only
   ever spares a run); whose supervisor is gone or whose exit report is written.
 
-A pipeline left out is one whose step would do nothing; tests/test_attention.py checks that
-against `reconcile_pipeline` itself. Operators' commands and drivers' exit reports do not wait
-for the tick: they reconcile their pipeline at once.
+Runs on other hosts are visited by those hosts' own ticks (the coordinator's tick only
+visits them once their host is lost). A pipeline left out is one whose step would do nothing;
+tests/test_attention.py checks that against `reconcile_pipeline` itself. Operators' commands
+and drivers' exit reports do not wait for the tick: they reconcile their pipeline at once.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
 
 from controlplane.definitions.models import DesiredState, Pipeline, Run, RunState, Status
 
-from . import launcher, silence, transitions
+from . import hosts, launcher, silence, transitions
 
 
-def pipelines_to_visit(now: datetime) -> list[tuple[int, str]]:
-    """(id, name) of every pipeline the tick must visit now, by name."""
-    found = dict(_idle_to_visit(now))
-    found.update(_running_to_visit(now))
+def pipelines_to_visit(now: datetime, *, coordinator: bool = True) -> list[tuple[int, str]]:
+    """(id, name) of every pipeline the tick must visit now, by name. A host's own tick
+    (not the `coordinator`'s) visits only runs on its host; the coordinator's also the
+    pipelines without a run (it places their next driver) and the runs of lost hosts."""
+    found = dict(_idle_to_visit(now)) if coordinator else {}
+    found.update(_running_to_visit(now, coordinator=coordinator))
     return sorted(found.items(), key=lambda item: item[1])
 
 
@@ -59,8 +61,9 @@ def _idle_to_visit(now: datetime) -> list[tuple[int, str]]:
     return list(Pipeline.objects.filter(~Exists(active)).exclude(quiet).values_list("id", "name"))
 
 
-def _running_to_visit(now: datetime) -> list[tuple[int, str]]:
-    here = launcher.this_host()
+def _running_to_visit(now: datetime, *, coordinator: bool) -> list[tuple[int, str]]:
+    here = hosts.here()
+    lost: dict[str, bool] = {}
     timeout = timedelta(seconds=settings.CONTROLPLANE_HEARTBEAT_TIMEOUT)
     grace = timedelta(seconds=settings.CONTROLPLANE_STARTUP_GRACE)
     rows = Run.objects.filter(state__in=RunState.active()).values(
@@ -85,10 +88,17 @@ def _running_to_visit(now: datetime) -> list[tuple[int, str]]:
     out = []
     alive: dict[tuple, bool] = {}  # a shared application's supervisor is asked once
     for row in rows:
+        if row["host"] and row["host"] != here:
+            # Another host's tick looks after it, unless that host is lost.
+            if coordinator:
+                if row["host"] not in lost:
+                    lost[row["host"]] = hosts.is_lost(row["host"], now)
+                if lost[row["host"]]:
+                    out.append((row["pipeline_id"], row["pipeline__name"]))
+            continue
         visit = (
             row["state"] != RunState.RUNNING
             or row["kill_requested_at"] is not None
-            or bool(row["host"] and row["host"] != here)
             or row["pipeline__desired_state"] != DesiredState.RUNNING
             or row["pipeline__generation"] != row["generation"]
             or bool(row["pipeline__status_message"])
@@ -112,7 +122,7 @@ def _running_to_visit(now: datetime) -> list[tuple[int, str]]:
                 grace=grace,
             )
             is not None
-            or bool(row["run_dir"] and Path(row["run_dir"], "exit.json").exists())
+            or bool(row["run_dir"] and launcher.exit_reported(row["run_dir"]))
         )
         if not visit and row["pid"]:
             key = (row["pid"], row["process_started"])

@@ -17,7 +17,7 @@ from django.db import transaction
 from controlplane.definitions import audit
 from controlplane.definitions.models import DesiredState, Pipeline, Run, RunState, Status
 
-from . import launcher, reconciler
+from . import hosts, reconciler
 from .status import transition
 from .transitions import Observation
 
@@ -97,25 +97,25 @@ ACTIONS: dict[str, Callable[[Pipeline, datetime], Change]] = {
 }
 
 
-def _refuse_runs_elsewhere(pipeline: Pipeline) -> None:
-    """A driver on another host cannot be killed from here: refused, rather than recorded
-    as killed while it runs on (a run still starting, with no process yet, can be ended:
-    its launch kills what it started when it finds the run ended)."""
-    here = launcher.this_host()
-    for run in Run.objects.filter(pipeline=pipeline, state__in=RunState.active()):
-        if run.pid and run.host and run.host != here:
-            raise NotApplicable(
-                f"run {run.generation} of pipeline {pipeline.name!r} is on host {run.host}, "
-                f"not {here}: it cannot be killed from here"
-            )
+def _kill(run: Run, now: datetime, *, error: str) -> None:
+    """Kill the run's driver: here, at once (a query in a shared application is stopped now
+    and its run ends when the application says so); on another host, by asking that host
+    (the nudge that follows the command is sent to its queue, where the driver is killed);
+    a run still starting elsewhere, with no process yet, or on a lost host, just ends (its
+    launch kills what it started when it finds the run ended; a lost host's token is
+    revoked with it)."""
+    if not run.host or run.host == hosts.here():
+        reconciler.kill_run(run, now, exit_code=-9, cause="killed", error=error)
+    elif not run.pid or hosts.is_lost(run.host, now):
+        reconciler.finish(run, now, exit_code=-9, cause="killed", error=error)
+    else:
+        reconciler.request_kill(run, now, cause="killed", error=error)
 
 
 def act(pipeline: Pipeline, action: str, *, user, reason: str, now: datetime) -> Pipeline:
     """Carry out an on-call action and audit it; returns the pipeline as it now is."""
     with transaction.atomic():
         locked = Pipeline.objects.select_for_update().get(pk=pipeline.pk)
-        if action == "kill":
-            _refuse_runs_elsewhere(locked)
         before = audit.snapshot(locked)
         changes, observation = ACTIONS[action](locked, now)
         if observation is not None:
@@ -124,13 +124,7 @@ def act(pipeline: Pipeline, action: str, *, user, reason: str, now: datetime) ->
             Pipeline.objects.filter(pk=locked.pk).update(**changes, updated_by=user, updated_at=now)
         if action == "kill":
             for run in Run.objects.filter(pipeline=locked, state__in=RunState.active()):
-                error = f"killed by {user}: {reason}"
-                if not run.host or run.host == launcher.this_host():
-                    # In a shared application, its query is stopped now and the run ends
-                    # when the application says so.
-                    reconciler.kill_run(run, now, exit_code=-9, cause="killed", error=error)
-                else:  # a starting run elsewhere: its launch kills its driver
-                    reconciler.finish(run, now, exit_code=-9, cause="killed", error=error)
+                _kill(run, now, error=f"killed by {user}: {reason}")
         locked.refresh_from_db()
         audit.record(locked, action, user=user, reason=reason, before=before)
     return locked

@@ -21,7 +21,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import zipfile
@@ -152,12 +151,13 @@ class SinkRefused(RuntimeError):
 
 
 def this_host() -> str:
-    return socket.gethostname()
+    """This control-plane host's name (CONTROLPLANE_HOST_NAME, by default the machine's)."""
+    return settings.CONTROLPLANE_HOST_NAME
 
 
 class OtherHost(RuntimeError):
-    """The run's driver is on another host: this control plane can neither see nor signal it
-    (several hosts are not supported yet)."""
+    """The process is on another host: it can be seen and signalled only there (work on it
+    is sent to that host's queue, controlplane.supervision.hosts)."""
 
 
 def prepare(run: Run) -> str:
@@ -562,6 +562,11 @@ def _strays_of(directory: str, script: str) -> list[int]:
         if "jobs.supervise" in args or any(a.endswith(f"jobs/{script}") for a in args):
             found.append(process.pid)
     return found
+
+
+def exit_reported(run_dir: str) -> bool:
+    """Whether the supervisor (or the application) wrote the run's exit report."""
+    return Path(run_dir, "exit.json").exists()
 
 
 def exit_report(run: Run) -> dict | None:

@@ -45,7 +45,7 @@ from controlplane.definitions.models import (
 from controlplane.redaction import redact
 from jobs.spec import parse_spec
 
-from . import applications, attention, launcher, restarts, silence, transitions
+from . import applications, attention, hosts, launcher, restarts, silence, transitions
 from .status import transition
 from .transitions import Action, Observation
 
@@ -58,11 +58,37 @@ NUDGE_LOCK_WAIT = 5.0
 
 
 def tick(now: datetime) -> dict:
+    """The coordinator's tick (beat sends it to whichever worker takes it): lost hosts, and
+    placement of what is to start, decided here; then this host's own processes, and every
+    other live host is asked to look at its own (`host_tick`, on its queue)."""
     _note_resumption(now)
+    hosts.beat(now)
+    lost = hosts.sweep(now)
+    summary = _tick(now, coordinator=True)
+    others = hosts.fan_out(now)
+    if others:
+        summary["hosts"] = others
+    if lost:
+        summary["lost_hosts"] = lost
+    with transaction.atomic():
+        ReconcilerState.objects.get_or_create(id=1)
+        ReconcilerState.objects.filter(id=1).update(
+            last_tick_at=now, ticks=F("ticks") + 1, last_summary=summary
+        )
+    return summary
+
+
+def host_tick(now: datetime) -> dict:
+    """One host's part of the tick: the runs and applications whose processes are here."""
+    hosts.beat(now)
+    return _tick(now, coordinator=False)
+
+
+def _tick(now: datetime, *, coordinator: bool) -> dict:
     # Shared applications first: a pipeline placed in one this tick finds it started.
-    applications_acted = applications.tick(now)
+    applications_acted = applications.tick(now, coordinator=coordinator)
     actions: dict[str, str] = {}
-    visits = attention.pipelines_to_visit(now)
+    visits = attention.pipelines_to_visit(now, coordinator=coordinator)
     for pipeline_id, name in visits:
         try:
             action = reconcile_pipeline(pipeline_id, now)
@@ -74,11 +100,6 @@ def tick(now: datetime) -> dict:
     summary = {"pipelines": Pipeline.objects.count(), "visited": len(visits), "actions": actions}
     if applications_acted:
         summary["applications"] = applications_acted
-    with transaction.atomic():
-        ReconcilerState.objects.get_or_create(id=1)
-        ReconcilerState.objects.filter(id=1).update(
-            last_tick_at=now, ticks=F("ticks") + 1, last_summary=summary
-        )
     return summary
 
 
@@ -103,13 +124,18 @@ def _deaf_recently(now: datetime, window: timedelta) -> bool:
     return resumed is not None and timedelta(0) <= now - resumed <= window
 
 
-def reconcile_pipeline(pipeline_id: int, now: datetime, *, wait: bool = False) -> str | None:
+def reconcile_pipeline(
+    pipeline_id: int, now: datetime, *, wait: bool = False, placed: bool = False
+) -> str | None:
     """One step towards the desired state for one pipeline; returns what it did.
 
     The tick passes over a pipeline whose row another transaction holds (it comes again in
     a few seconds). A nudge (`wait`: an exit report, an operator's command) waits for the
     row instead, at most NUDGE_LOCK_WAIT: passing over it, as the tick does, lost restarts
-    whose exit was committed while the tick held the row, delaying them to the next tick."""
+    whose exit was committed while the tick held the row, delaying them to the next tick.
+
+    A step that touches a process on another host is sent there (`hosts`); `placed`: this
+    host was chosen for the pipeline's next driver, which is launched here."""
     with transaction.atomic():
         if wait:
             try:
@@ -150,9 +176,9 @@ def reconcile_pipeline(pipeline_id: int, now: datetime, *, wait: bool = False) -
                 _set_message(pipeline, "")
             transition(pipeline, observation, next_attempt_at=None)
             return "settle"
-        started = _new_run(pipeline, now, observation)
-        if started is None:
-            return observed
+        started = _new_run(pipeline, now, observation, placed=placed)
+        if started is None or isinstance(started, str):
+            return ", ".join(a for a in (observed, started) if a) or None
     # Outside the transaction: the run row (with its token digest, directory and host) is
     # committed before any process exists, so a crash here leaves a visible 'starting' run
     # whose driver, if any, is refused (409) and found by its directory, never an untracked one.
@@ -186,16 +212,31 @@ def _lock_pipeline(pipeline_id: int) -> Pipeline | None:
     return Pipeline.objects.select_for_update().filter(pk=pipeline_id).first()
 
 
-def _new_run(pipeline: Pipeline, now: datetime, observation: Observation) -> tuple[Run, str] | None:
+def _new_run(
+    pipeline: Pipeline, now: datetime, observation: Observation, *, placed: bool = False
+) -> tuple[Run, str] | str | None:
     """A new 'starting' run row (with its token digest, directory and host), and its token;
-    the pipeline takes the table's step for `observation` (a launch, or a relaunch)."""
+    the pipeline takes the table's step for `observation` (a launch, or a relaunch). The run
+    is made on the host its driver will run on: a dedicated driver goes to the host with
+    room that `hosts` chooses, a shared application's member to its application's host;
+    if that is another host, the step is sent there (returned: where)."""
     app = None
     if pipeline.placement != DEDICATED:
-        app, waiting = applications.place(pipeline)
-        if app is None:
-            if pipeline.status_message != waiting:
-                _set_message(pipeline, waiting)
-            return None
+        app, waiting = applications.place(pipeline, now)
+        if app is not None and app.host != hosts.here():
+            return hosts.route_pipeline(app.host, pipeline.pk, placed=True)
+    elif placed:
+        if pipeline.placed_host and pipeline.placed_host != hosts.here():
+            return None  # placed elsewhere since this was sent
+        waiting = ""
+    else:
+        target, waiting = hosts.choose(now)
+        if target is not None and target != hosts.here():
+            return hosts.route_pipeline(target, pipeline.pk, placed=True, now=now)
+    if waiting:
+        if pipeline.status_message != waiting:
+            _set_message(pipeline, waiting)
+        return None
     if pipeline.status_message:
         _set_message(pipeline, "")
     generation = pipeline.generation + 1
@@ -215,6 +256,8 @@ def _new_run(pipeline: Pipeline, now: datetime, observation: Observation) -> tup
         return None  # another worker created the run first
     restart = observation is Observation.RESTART_DUE
     changes = {"generation": generation, "next_attempt_at": None}
+    if pipeline.placed_host:
+        changes.update(placed_host="", placed_at=None)
     if restart:
         changes["restarts"] = F("restarts") + 1
     transition(pipeline, observation, **changes)
@@ -264,19 +307,21 @@ def _launch(run: Run, token: str, now: datetime) -> str:
 
 
 def _observe(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
-    here = launcher.this_host()
-    if run.host and run.host != here:
-        # Its process can be neither seen nor signalled from here: ending it in the database
-        # and launching another would make two drivers. Left alone, and said so.
-        message = (
-            f"run {run.generation} is on host {run.host}; the control plane on {here} can "
-            "neither observe, stop nor kill it and leaves it alone (one host is supported)"
-        )
-        if pipeline.status_message != message:
-            log.warning("pipeline %s: %s", pipeline.name, message)
-            _set_message(pipeline, message)
-            return "elsewhere"
-        return None
+    if run.host and run.host != hosts.here():
+        # Its process can be seen and signalled only on its own host: the step is sent
+        # there. Only once that host has been silent past the timeout is the run given up:
+        # ended, which revokes its token (a driver that is still alive there is refused at
+        # its next report, and stops itself), and the pipeline restarts on a live host.
+        if not hosts.is_lost(run.host, now):
+            return hosts.route_pipeline(run.host, pipeline.pk)
+        seen = hosts.silent_since(run.host)
+        error = (
+            f"host {run.host} is lost (silent since {seen:%Y-%m-%d %H:%M:%S} UTC)"
+            if seen
+            else f"host {run.host} is lost (never heard from)"
+        ) + ": the run's token is revoked"
+        finish(run, now, exit_code=None, cause=run.end_cause or hosts.HOST_LOST, error=error)
+        return hosts.HOST_LOST
     if pipeline.status_message and not pipeline.status_message.startswith(UNHEARD):
         _set_message(pipeline, "")
     report = launcher.exit_report(run) if run.run_dir else None
@@ -302,8 +347,15 @@ def _observe(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
         finish(run, now, exit_code=None, cause="vanished", error="the driver process is gone")
         return "vanished"
     if run.kill_requested_at is not None:
-        # A query in a shared application, killed: it ends when the application says so. One
-        # that does not give way in time gets its application recycled.
+        # Killed (by an operator through another host's web app, or the reconciler): a
+        # dedicated driver is killed here and now; a query in a shared application ends when
+        # the application says so (asked again: idempotent), and one that does not give way
+        # in time gets its application recycled.
+        cause = run.end_cause or "killed"
+        if launcher.kill(run):
+            exit_code = -9 if run.application_id is None else None
+            finish(run, now, exit_code=exit_code, cause=cause, error=run.error_tail)
+            return cause
         waited = now - run.kill_requested_at
         if waited > timedelta(seconds=settings.CONTROLPLANE_KILL_TIMEOUT):
             reason = (
@@ -412,10 +464,16 @@ def kill_run(run: Run, now: datetime, *, exit_code: int | None, cause: str, erro
     application says the query ended, then ends with `cause`. True if it ended now."""
     if launcher.kill(run):
         return finish(run, now, exit_code=exit_code, cause=cause, error=error)
+    request_kill(run, now, cause=cause, error=error)
+    return False
+
+
+def request_kill(run: Run, now: datetime, *, cause: str, error: str) -> None:
+    """Record that the run is being killed (it stays active, stopping): its own host's step
+    kills it (`_observe`), or its application ends its query; it then ends with `cause`."""
     Run.objects.filter(pk=run.pk, state__in=RunState.active(), kill_requested_at=None).update(
         state=RunState.STOPPING, kill_requested_at=now, end_cause=cause, error_tail=error
     )
-    return False
 
 
 def exit_cause(run: Run, exit_code: int | None) -> str:

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from celery import shared_task
 from django.utils import timezone
 
-from . import reconciler
+from . import applications, reconciler
 
 log = logging.getLogger("controlplane.tasks")
 
@@ -19,10 +19,27 @@ def reconcile() -> dict:
     return reconciler.tick(now=timezone.now())
 
 
+@shared_task(
+    name="controlplane.supervision.tasks.reconcile_host", ignore_result=True, acks_late=False
+)
+def reconcile_host() -> dict:
+    """The part of the tick that touches processes, on the host that runs them (sent to
+    each live host's own queue by the coordinator's tick)."""
+    return reconciler.host_tick(now=timezone.now())
+
+
 @shared_task(name="controlplane.supervision.tasks.reconcile_pipeline", ignore_result=True)
-def reconcile_pipeline(pipeline_id: int) -> str | None:
-    """Act on one pipeline now (after an operator's command) instead of at the next tick."""
-    return reconciler.reconcile_pipeline(pipeline_id, timezone.now(), wait=True)
+def reconcile_pipeline(pipeline_id: int, placed: bool = False) -> str | None:
+    """Act on one pipeline now (after an operator's command, or sent to the host that runs
+    its driver, or, `placed`, to the host chosen for its next one) instead of at the next
+    tick."""
+    return reconciler.reconcile_pipeline(pipeline_id, timezone.now(), wait=True, placed=placed)
+
+
+@shared_task(name="controlplane.supervision.tasks.reconcile_application", ignore_result=True)
+def reconcile_application(app_id: int, placed: bool = False) -> str | None:
+    """Act on one shared application on this host (the coordinator placed it here)."""
+    return applications.reconcile_application(app_id, timezone.now(), placed=placed)
 
 
 # Nudges are sent from one background thread, so a request never waits on the broker: with

@@ -12,6 +12,7 @@ from controlplane.urls import api_patterns
 ENDPOINTS = {
     "api-root": ({}, ["get"]),
     "schema": ({}, ["get"]),
+    "hosts": ({}, ["get"]),
     "connection-list": ({}, ["get", "post"]),
     "connection-detail": ({"name": "x"}, ["get", "put", "patch", "delete"]),
     "connection-test": ({"name": "x"}, ["post"]),
