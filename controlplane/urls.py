@@ -9,7 +9,13 @@ from controlplane.api.connections import ConnectionViewSet
 from controlplane.api.hosts import HostList
 from controlplane.api.pipelines import AuditViewSet, PipelineViewSet
 from controlplane.api.prometheus import prometheus_metrics
-from controlplane.api.reports import ApplicationExit, RunExit, RunHeartbeat, RunProgress
+from controlplane.api.reports import (
+    ApplicationExit,
+    ApplicationReports,
+    RunExit,
+    RunHeartbeat,
+    RunProgress,
+)
 
 router = DefaultRouter()
 router.register("connections", ConnectionViewSet, basename="connection")
@@ -24,6 +30,11 @@ api_patterns = [
     path("runs/<int:run_id>/progress/", RunProgress.as_view(), name="run-progress"),
     path("runs/<int:run_id>/exit/", RunExit.as_view(), name="run-exit"),
     path("applications/<str:name>/exit/", ApplicationExit.as_view(), name="application-exit"),
+    path(
+        "applications/<str:name>/reports/",
+        ApplicationReports.as_view(),
+        name="application-reports",
+    ),
     *router.urls,
 ]
 

@@ -5,7 +5,8 @@ assigns a run to it by writing APP_DIR/queue/<name>.json (`{"run_dir": ...}`, at
 the host claims it (renames it to `.taken`; the control plane cancels an assignment not yet
 claimed the same way) within a fraction of a second and runs it as a dedicated driver would
 (`jobs.run.serve`): from the run's own directory and `run.json`, with its own token,
-reporter and checkpoint, in a Spark session of its own (its SQL settings and temporary
+reporter (its reports sent with the other members' in one request: `SharedChannel`) and
+checkpoint, in a Spark session of its own (its SQL settings and temporary
 views are its own) and a FAIR scheduler pool named after the pipeline. Stopping (RUN_DIR/stop)
 or killing (RUN_DIR/kill) one member touches no other.
 
@@ -36,6 +37,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
 from jobs.pipeline import RunConfig  # noqa: E402
+from jobs.reporting import SharedChannel  # noqa: E402
 from jobs.run import STOP_FILE, serve  # noqa: E402
 from jobs.supervise import send_exit_report, write_json  # noqa: E402
 
@@ -52,11 +54,12 @@ MEMBER_PARTITIONS = 1
 class Member(threading.Thread):
     """One assigned run, in its own Spark session and scheduler pool."""
 
-    def __init__(self, spark, assignment: Path, run_dir: Path):
+    def __init__(self, spark, assignment: Path, run_dir: Path, channel=None):
         super().__init__(name=f"member:{run_dir.parent.name}/{run_dir.name}", daemon=True)
         self.spark = spark
         self.assignment = assignment
         self.run_dir = run_dir
+        self.channel = channel
 
     def run(self) -> None:
         code, error = 0, ""
@@ -70,7 +73,7 @@ class Member(threading.Thread):
             # Jobs of this thread (and of the query's stream thread, which inherits it) share
             # the driver's scheduler fairly with the other members.
             session.sparkContext.setLocalProperty("spark.scheduler.pool", config.pipeline)
-            serve(session, self.run_dir, config)
+            serve(session, self.run_dir, config, self.channel)
         except Exception as exc:  # the member's failure, never the application's
             if not jvm_alive(self.spark):
                 # The application's JVM is gone: the query with it. That is the
@@ -105,9 +108,21 @@ def assignments(app_dir: Path) -> list[tuple[Path, Path]]:
     return found
 
 
+def channel(app_dir: Path) -> SharedChannel | None:
+    """The application's one connection for its members' reports (app.json says where)."""
+    try:
+        cp = json.loads((app_dir / "app.json").read_text()).get("control_plane") or {}
+    except (OSError, ValueError):
+        return None
+    if not cp.get("reports_url") or not cp.get("token"):
+        return None
+    return SharedChannel(cp["reports_url"], cp["token"])
+
+
 def host(spark, app_dir: Path) -> None:
     """Run every assigned member until APP_DIR/stop; then stop them all gracefully."""
     members: dict[Path, Member] = {}
+    reports = channel(app_dir)
     write_json(app_dir / READY, {"ready_at": time.time()})
     while not (app_dir / STOP_FILE).exists():
         for assignment, run_dir in assignments(app_dir):
@@ -121,7 +136,7 @@ def host(spark, app_dir: Path) -> None:
             if run_dir in members or (run_dir / "exit.json").exists():
                 taken.unlink(missing_ok=True)
                 continue
-            member = members[run_dir] = Member(spark, taken, run_dir)
+            member = members[run_dir] = Member(spark, taken, run_dir, reports)
             member.start()
             log.info("member %s started", run_dir)
         for run_dir in [r for r, m in members.items() if not m.is_alive()]:
@@ -132,6 +147,8 @@ def host(spark, app_dir: Path) -> None:
         (run_dir / STOP_FILE).touch()
     for member in members.values():
         member.join()
+    if reports is not None:
+        reports.close()
 
 
 def main(argv: list[str]) -> int:

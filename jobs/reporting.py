@@ -39,12 +39,16 @@ class Reporter:
         heartbeat_seconds: float = 5.0,
         on_stop: Callable[[str], None] | None = None,
         session: requests.Session | None = None,
+        channel: SharedChannel | None = None,
     ):
         self.url = f"{base_url.rstrip('/')}/api/runs/{run_id}"
+        self.run_id, self.token = run_id, token
         self.heartbeat_seconds = heartbeat_seconds
         self.on_stop = on_stop or (lambda reason: None)
         self.session = session or requests.Session()
         self.session.headers["Authorization"] = f"RunToken {token}"
+        # A shared application's members send through its channel: one request for all.
+        self.channel = channel
         self.queue: collections.deque[tuple[str, dict]] = collections.deque(maxlen=QUEUE_LIMIT)
         self.dropped = 0
         self.sent = 0
@@ -116,30 +120,122 @@ class Reporter:
             return "progress", head[1], entries
         return "progress", [body for _, body in entries], entries
 
-    def _send(self, kind: str, body: dict | list) -> bool:
+    def _post(self, kind: str, body: dict | list) -> tuple[int, dict | None] | None:
+        """(status, answer) of the report; None if it did not reach the control plane."""
+        if self.channel is not None:
+            answered = self.channel.send(self.run_id, self.token, kind, body)
+            if answered is not SharedChannel.UNSUPPORTED:
+                return answered
         try:
             response = self.session.post(f"{self.url}/{kind}/", json=body, timeout=TIMEOUT_SECONDS)
         except requests.RequestException as exc:
             log.debug("report %s not sent: %s", kind, exc)
+            return None
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        return response.status_code, answer if isinstance(answer, dict) else None
+
+    def _send(self, kind: str, body: dict | list) -> bool:
+        answered = self._post(kind, body)
+        if answered is None:
             return False
-        if response.status_code in STOP_STATUSES:
+        status_code, answer = answered
+        if status_code in STOP_STATUSES:
             # Not (or no longer) a run the control plane knows as current: stop, gracefully.
-            self.on_stop(f"the control plane refused this run ({response.status_code})")
+            self.on_stop(f"the control plane refused this run ({status_code})")
             return True
-        if response.status_code >= 500:
+        if status_code >= 500:
             return False
-        if response.status_code >= 400:
-            log.warning(
-                "report %s refused (%s): %s", kind, response.status_code, response.text[:300]
-            )
+        if status_code >= 400:
+            log.warning("report %s refused (%s): %s", kind, status_code, str(answer)[:300])
             return True  # a bad report will not get better by sending it again
         self.sent += 1
-        try:
-            if response.json().get("stop"):
-                self.on_stop("the control plane asked for a stop")
-        except ValueError:
-            pass
+        if answer and answer.get("stop"):
+            self.on_stop("the control plane asked for a stop")
         return True
+
+
+class SharedChannel:
+    """One HTTP connection for every member of a shared application: the members' reporter
+    threads hand their reports here and wait for their answers, and one thread sends
+    whatever is waiting as one request (`POST /api/applications/{name}/reports/`, with the
+    application's token; each report with its run's own token, fenced by the control plane
+    as the run's own requests are). While a request is in flight the next one fills, so the
+    busier the application, the more reports a request carries. A control plane that does
+    not know the endpoint (404, 405) is not asked again: members then send their own."""
+
+    UNSUPPORTED = object()
+    LIMIT = 500  # reports per request (the control plane takes at most 500)
+
+    def __init__(self, url: str, token: str, *, session: requests.Session | None = None):
+        self.url = url
+        self.session = session or requests.Session()
+        self.session.headers["Authorization"] = f"RunToken {token}"
+        self.unsupported = False
+        self._lock = threading.Lock()
+        self._waiting: list[dict] = []
+        self._wake = threading.Event()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="cp-channel", daemon=True)
+        self._thread.start()
+
+    def send(self, run_id: int, token: str, kind: str, body) -> tuple[int, dict | None] | None:
+        """The report's (status, answer) as the run's own endpoint would give them; None if
+        it did not get through; UNSUPPORTED: send it alone. Blocks its reporter's thread
+        (never the query's) until answered."""
+        if self.unsupported or self._closed.is_set():
+            return self.UNSUPPORTED
+        item = {
+            "report": {"run_id": run_id, "token": token, "kind": kind, "body": body},
+            "done": threading.Event(),
+            "answer": None,
+        }
+        with self._lock:
+            self._waiting.append(item)
+        self._wake.set()
+        if not item["done"].wait(sum(TIMEOUT_SECONDS) + 5):
+            return None
+        return item["answer"]
+
+    def close(self) -> None:
+        self._closed.set()
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._closed.is_set():
+            self._wake.wait(1.0)
+            self._wake.clear()
+            while True:
+                with self._lock:
+                    batch, self._waiting = self._waiting[: self.LIMIT], self._waiting[self.LIMIT :]
+                if not batch:
+                    break
+                self._deliver(batch)
+
+    def _deliver(self, batch: list[dict]) -> None:
+        answers = None
+        try:
+            response = self.session.post(
+                self.url, json={"reports": [i["report"] for i in batch]}, timeout=TIMEOUT_SECONDS
+            )
+            if response.status_code in (404, 405):
+                self.unsupported = True
+                log.info("the control plane takes no batched reports: members send their own")
+            elif response.status_code == 200:
+                answers = response.json()["answers"]
+            else:
+                log.debug("batched reports not taken (%s)", response.status_code)
+        except (requests.RequestException, ValueError, KeyError) as exc:
+            log.debug("batched reports not sent: %s", exc)
+        for position, item in enumerate(batch):
+            if self.unsupported:
+                item["answer"] = self.UNSUPPORTED
+            elif answers is not None and position < len(answers):
+                answer = answers[position]
+                item["answer"] = (answer.get("status", 500), answer.get("body"))
+            item["done"].set()
 
 
 class ProgressPoller:

@@ -24,7 +24,7 @@ sys.path.insert(0, str(_HERE.parent))
 
 from jobs.kafka import group_commit  # noqa: E402
 from jobs.pipeline import RunConfig, start_query  # noqa: E402
-from jobs.reporting import ProgressPoller, Reporter  # noqa: E402
+from jobs.reporting import ProgressPoller, Reporter, SharedChannel  # noqa: E402
 
 log = logging.getLogger("jobs.run")
 
@@ -77,10 +77,11 @@ def _stop(query) -> None:
         time.sleep(POLL_SECONDS)
 
 
-def serve(spark, run_dir: Path, config: RunConfig) -> None:
+def serve(spark, run_dir: Path, config: RunConfig, channel: SharedChannel | None = None) -> None:
     """Run one pipeline's query in `spark` until it ends (raises if it failed), its progress
-    read by this thread and handed to its reporter and consumer-group mirror."""
-    reporter = start_reporter(config.control_plane, run_dir)
+    read by this thread and handed to its reporter and consumer-group mirror (a shared
+    application's members report through its `channel`)."""
+    reporter = start_reporter(config.control_plane, run_dir, channel)
     mirror = None
     if config.spec.source.consumer_group:
         mirror = group_commit.GroupCommitter(config.kafka, config.spec.source.consumer_group)
@@ -123,7 +124,9 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def start_reporter(cp: dict | None, run_dir: Path) -> Reporter | None:
+def start_reporter(
+    cp: dict | None, run_dir: Path, channel: SharedChannel | None = None
+) -> Reporter | None:
     """Heartbeats and progress to the control plane, if run.json says where it is."""
     if not cp:
         return None
@@ -138,6 +141,7 @@ def start_reporter(cp: dict | None, run_dir: Path) -> Reporter | None:
         cp["token"],
         heartbeat_seconds=cp.get("heartbeat_seconds", 5.0),
         on_stop=stop,
+        channel=channel,
     ).start()
 
 

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from controlplane.accounts.models import digest
-from controlplane.definitions.models import Pipeline, Run
-from jobs.reporting import Reporter
+from controlplane.definitions.models import Pipeline, Run, SparkApplication
+from jobs.reporting import Reporter, SharedChannel
 from tests.api.test_run_reports import PROGRESS
 from tests.waiting import wait_for
 
@@ -124,3 +124,77 @@ def test_progress_counts_as_a_heartbeat_so_none_is_sent_while_batches_come():
         assert "heartbeat" in session.kinds
     finally:
         reporter.close()
+
+
+def _member(pipeline_name: str, app, token: str) -> Run:
+    row = Pipeline.objects.get(name=pipeline_name)
+    Pipeline.objects.filter(pk=row.pk).update(generation=1, desired_state="running")
+    return Run.objects.create(
+        pipeline=row, generation=1, spec_version=1, state="running", token_digest=digest(token),
+        application=app, application_generation=1,
+    )  # fmt: skip
+
+
+def test_a_shared_application_s_members_report_through_one_channel(live_server, pipeline):
+    app = SparkApplication.objects.create(name="shared", token_digest=digest("app"))
+    Pipeline.objects.create(name="second", spec=Pipeline.objects.get(name="orders").spec)
+    runs = [_member("orders", app, "t1"), _member("second", app, "t2")]
+    channel = SharedChannel(f"{live_server.url}/api/applications/shared/reports/", "app")
+    bodies: list[int] = []
+    post = channel.session.post
+
+    def counting(url, json, **kwargs):
+        bodies.append(len(json["reports"]))
+        return post(url, json=json, **kwargs)
+
+    channel.session.post = counting
+    stops: list[str] = []
+    reporters = [
+        Reporter(
+            live_server.url,
+            run.pk,
+            token,
+            heartbeat_seconds=0.3,
+            on_stop=stops.append,
+            channel=channel,
+        )
+        for run, token in zip(runs, ("t1", "t2"), strict=True)
+    ]
+    for reporter in reporters:
+        reporter.session.post = None  # a member never sends on its own here
+        reporter.start()
+    try:
+        for i, reporter in enumerate(reporters):
+            reporter.progress({**PROGRESS, "batchId": 10 + i})
+        assert wait_for(lambda: all(run.batches.exists() for run in runs))
+        assert wait_for(
+            lambda: all(Run.objects.get(pk=r.pk).last_heartbeat_at is not None for r in runs)
+        )
+        assert [r.batches.get().batch_id for r in runs] == [10, 11]
+        assert bodies and all(n >= 1 for n in bodies)
+        assert sum(bodies) >= 4  # two progress reports and heartbeats, in len(bodies) requests
+        # Fenced as its own requests are: a member replaced by a restart is told to stop.
+        Pipeline.objects.filter(name="second").update(generation=2)
+        assert wait_for(lambda: stops), "the refusal of the stale member was not passed on"
+        assert stops == ["the control plane refused this run (409)"]
+    finally:
+        for reporter in reporters:
+            reporter.close()
+        channel.close()
+
+
+def test_members_send_their_own_reports_to_a_control_plane_without_the_channel(
+    live_server, pipeline
+):
+    app = SparkApplication.objects.create(name="shared", token_digest=digest("app"))
+    run = _member("orders", app, "t1")
+    channel = SharedChannel(f"{live_server.url}/api/no-such-endpoint/", "app")
+    reporter = Reporter(live_server.url, run.pk, "t1", heartbeat_seconds=0.3, channel=channel)
+    reporter.start()
+    try:
+        reporter.progress(PROGRESS)
+        assert wait_for(lambda: run.batches.exists())
+        assert channel.unsupported
+    finally:
+        reporter.close()
+        channel.close()

@@ -209,6 +209,104 @@ class ApplicationExit(APIView):
         return Response({"recorded": action in ("lost", "recycled", "stopped")})
 
 
+class MemberReportSerializer(serializers.Serializer):
+    run_id = serializers.IntegerField(min_value=1)
+    token = serializers.CharField(max_length=256, trim_whitespace=False)
+    kind = serializers.ChoiceField(choices=["heartbeat", "progress"])
+    body = serializers.JSONField(required=False, default=dict)
+
+
+# What a shared application sends at once: every member's queued heartbeats and progress.
+MAX_MEMBER_REPORTS = 500
+
+MemberAnswer = inline_serializer(
+    "MemberAnswer",
+    {
+        "status": serializers.IntegerField(
+            help_text="What /api/runs/{id}/{kind}/ would have answered: 200, 400, 401, 409."
+        ),
+        "body": serializers.DictField(),
+    },
+)
+
+
+class ApplicationReports(APIView):
+    """Heartbeats and progress of a shared application's members, many in one request (one
+    HTTP request for the whole application, not one per member and report). The request is
+    the application's (its token); each report is still its run's: it carries the run's own
+    token and is fenced as `/api/runs/{id}/heartbeat/` and `.../progress/` are (only the
+    pipeline's current, active run of this application is heard). Each gets the answer
+    that endpoint would have given, in order."""
+
+    authentication_classes = [ApplicationTokenAuthentication]
+    permission_classes = [IsApplication]
+
+    @extend_schema(
+        request=inline_serializer("MemberReports", {"reports": MemberReportSerializer(many=True)}),
+        responses={200: inline_serializer("MemberAnswers", {"answers": MemberAnswer})},
+    )
+    def post(self, request, name: str) -> Response:
+        app: SparkApplication = request.auth
+        items = request.data.get("reports") if isinstance(request.data, dict) else None
+        if not isinstance(items, list) or not 0 < len(items) <= MAX_MEMBER_REPORTS:
+            raise serializers.ValidationError(
+                {"reports": [f"send a list of 1 to {MAX_MEMBER_REPORTS} reports"]}
+            )
+        # One serializer of each kind for the request: building one per report (DRF copies
+        # every field) cost more than the rest of the request.
+        reader, progress_reader = MemberReportSerializer(), ProgressSerializer()
+        parsed = []  # (valid, the report or its errors)
+        for item in items:
+            try:
+                parsed.append((True, reader.run_validation(item)))
+            except serializers.ValidationError as exc:
+                parsed.append((False, exc.detail))
+        digests = {token_digest(p["token"]) for valid, p in parsed if valid}
+        runs = {
+            run.token_digest: run
+            for run in Run.objects.select_related("pipeline").filter(
+                token_digest__in=digests, application_id=app.pk
+            )
+        }
+        now = timezone.now()
+        answers, rows, heard = [], [], {}
+        for valid, report in parsed:
+            status_code, body = (
+                self._one(report, runs, rows, heard, progress_reader) if valid else (400, report)
+            )
+            answers.append({"status": status_code, "body": body})
+        progress.store_many(rows)
+        reports.heard_many(heard, now)
+        return Response({"answers": answers})
+
+    @staticmethod
+    def _one(report, runs, rows, heard, progress_reader) -> tuple[int, dict]:
+        run = runs.get(token_digest(report["token"]))
+        if run is None or run.pk != report["run_id"]:
+            return 401, {"detail": "Unknown run token."}
+        if not reports.is_current(run):
+            return 409, STALE
+        batch, idle = heard.get(run.pk, (None, False))
+        body = report["body"]
+        if report["kind"] == "heartbeat":
+            idle = idle or (isinstance(body, dict) and body.get("idle") is True)
+        else:
+            many = isinstance(body, list)
+            if many and not 0 < len(body) <= MAX_PROGRESS_PER_REQUEST:
+                return 400, {
+                    "non_field_errors": [f"send 1 to {MAX_PROGRESS_PER_REQUEST} reports at a time"]
+                }
+            try:
+                batches = [progress_reader.run_validation(b) for b in (body if many else [body])]
+            except serializers.ValidationError as exc:
+                return 400, {"body": exc.detail}
+            rows.append((run, batches))
+            newest = max(p["batchId"] for p in batches)
+            batch = newest if batch is None else max(batch, newest)
+        heard[run.pk] = (batch, idle)
+        return 200, reports.answer(run)
+
+
 class RunTokenScheme(OpenApiAuthenticationExtension):
     """Describes the drivers' `Authorization: RunToken <key>` scheme in the OpenAPI schema."""
 

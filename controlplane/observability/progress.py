@@ -16,6 +16,13 @@ def store(run: Run, reports: list[dict]) -> None:
     )
 
 
+def store_many(reports: list[tuple[Run, list[dict]]]) -> None:
+    """`store` for many runs' reports, in one statement."""
+    rows = [_progress_row(run, p) for run, batches in reports for p in batches]
+    if rows:
+        BatchProgress.objects.bulk_create(rows, ignore_conflicts=True)
+
+
 def _progress_row(run: Run, p: dict) -> BatchProgress:
     source = (p.get("sources") or [{}])[0]
     operators = p.get("stateOperators") or []

@@ -367,6 +367,7 @@ def launch_application(app: SparkApplication, token: str) -> SparkApplication:
                 "generation": app.generation,
                 "control_plane": {
                     "exit_url": f"{base}/api/applications/{app.name}/exit/",
+                    "reports_url": f"{base}/api/applications/{app.name}/reports/",
                     "token": token,
                 },
             }

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.db import connection
+
 from controlplane.definitions.models import DesiredState, Run, RunState
 
 STALE = {"detail": "stale run: this driver is not the pipeline's current run", "stop": True}
@@ -40,3 +42,30 @@ def batches_completed(run: Run, last_batch_id: int, now: datetime) -> None:
     Run.objects.filter(pk=run.pk).update(
         last_heartbeat_at=now, last_batch_id=last_batch_id, last_batch_at=now
     )
+
+
+def heard_many(heard: dict[int, tuple[int | None, bool]], now: datetime) -> None:
+    """Reports of many runs at once (a shared application's members): for each run id, the
+    last batch it completed (None: only a heartbeat) and whether it said it is idle. One
+    statement, whatever the number of runs."""
+    if not heard:
+        return
+    table = Run._meta.db_table
+    rows = sorted(heard.items())
+    values = ", ".join(["(%s::bigint, %s::bigint, %s::boolean)"] * len(rows))
+    params = [v for run_id, (batch, idle) in rows for v in (run_id, batch, idle)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {table} AS r SET
+                last_heartbeat_at = %s,
+                last_batch_id = CASE WHEN v.batch IS NULL THEN r.last_batch_id
+                                     ELSE GREATEST(v.batch, COALESCE(r.last_batch_id, v.batch))
+                                END,
+                last_batch_at = CASE WHEN v.batch IS NULL THEN r.last_batch_at ELSE %s END,
+                last_idle_at = CASE WHEN v.idle THEN %s ELSE r.last_idle_at END
+            FROM (VALUES {values}) AS v(id, batch, idle)
+            WHERE r.id = v.id
+            """,  # noqa: S608 - the table name is the model's; every value is a parameter
+            [now, now, now, *params],
+        )

@@ -39,6 +39,7 @@ ENDPOINTS = {
     "application-stop": ({"name": "x"}, ["post"]),
     "application-recycle": ({"name": "x"}, ["post"]),
     "application-exit": ({"name": "x"}, ["post"]),
+    "application-reports": ({"name": "x"}, ["post"]),
     "audit-list": ({}, ["get"]),
     "audit-detail": ({"pk": 1}, ["get"]),
     "run-heartbeat": ({"run_id": 1}, ["post"]),
@@ -47,7 +48,13 @@ ENDPOINTS = {
 }
 # Drivers (and shared applications' supervisors) authenticate with their own token, people
 # and scripts with API tokens.
-RUN_ENDPOINTS = {"run-heartbeat", "run-progress", "run-exit", "application-exit"}
+RUN_ENDPOINTS = {
+    "run-heartbeat",
+    "run-progress",
+    "run-exit",
+    "application-exit",
+    "application-reports",
+}
 
 
 def test_the_list_below_covers_every_api_route():
