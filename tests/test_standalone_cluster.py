@@ -4,8 +4,9 @@ the reconciler with SPARK_MASTER pointing at it.
 
 An executor JVM killed while its tasks are inside their batch's Postgres transactions: Spark
 runs the tasks again on another executor, the same run keeps committing, every record lands
-once. A worker daemon killed: the master drops it, the pipeline goes on with the other worker,
-and the worker started again registers and gets an executor of the application again.
+once. A worker daemon killed under a shared application (its member's query running): the
+master drops it, the member goes on with the other worker, and the worker started again
+registers and gets an executor of the application again.
 """
 
 from __future__ import annotations
@@ -17,13 +18,16 @@ import signal
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 
 import psutil
 import psycopg
 import pytest
+from django.utils import timezone
 
-from controlplane.definitions.models import Pipeline, Run, RunState
+from controlplane.definitions.models import Pipeline, Run, RunState, SparkApplication
+from controlplane.supervision import launcher, reconciler
 from tests.kafka_helpers import produce
 from tests.test_launch_and_stop import count, job_dirs, new_pipeline, reconcile_until  # noqa: F401
 
@@ -168,41 +172,70 @@ def test_an_executor_killed_inside_its_batch_transaction_is_retried_exactly_once
     stop(api, "clustered")
 
 
-def test_a_worker_daemon_killed_leaves_the_pipeline_running_and_rejoins(
+def tick_until(predicate, timeout: float, what: str) -> None:
+    """The whole tick (shared applications, then pipelines) until `predicate` holds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reconciler.tick(timezone.now())
+        if predicate():
+            return
+        time.sleep(1)
+    app = SparkApplication.objects.first()
+    log = ""
+    if app and app.app_dir and Path(app.app_dir, "driver.log").exists():
+        log = Path(app.app_dir, "driver.log").read_text(errors="replace")[-4000:]
+    raise AssertionError(f"timed out waiting for {what}; app={app and vars(app)}\n{log}")
+
+
+def test_a_worker_daemon_killed_leaves_a_shared_application_s_member_running_and_rejoins(
     api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, on_cluster
 ):
-    topic, table = start(api, kafka_bootstrap, "rejoined")
-    with Load(kafka_bootstrap, topic) as load:
-        reconcile_until("rejoined", lambda: count(sink_dsn, table)[0] >= 300, 180, "rows")
-        run = Run.objects.get(pipeline__name="rejoined")
-        worker = on_cluster.pid("worker-1")
-        os.kill(worker, signal.SIGKILL)
-        reconcile_until(
-            "rejoined", lambda: on_cluster.alive_workers() == 1, 60, "the master to drop it"
-        )
-        before = count(sink_dsn, table)[0]
-        reconcile_until(
-            "rejoined", lambda: count(sink_dsn, table)[0] >= before + 500, 120, "more rows"
-        )
-        assert set(executors(on_cluster).values()) == {"worker-2"}
+    """The pipeline is a member of a shared application whose executors are on the
+    cluster (the application's own `master`); its reports go through the application's
+    one channel."""
+    app = SparkApplication.objects.create(
+        name="on-cluster", master=on_cluster.url, capacity=2, driver_memory="1g"
+    )
+    topic, table = new_pipeline(api, kafka_bootstrap, "rejoined")
+    Pipeline.objects.filter(name="rejoined").update(placement="on-cluster")
+    assert api.post("/api/pipelines/rejoined/start/").status_code == 202
+    try:
+        with Load(kafka_bootstrap, topic) as load:
+            tick_until(lambda: count(sink_dsn, table)[0] >= 300, 180, "rows")
+            run = Run.objects.get(pipeline__name="rejoined")
+            app.refresh_from_db()
+            assert (run.application_id, run.pid) == (app.pk, app.pid)
+            assert sorted(executors(on_cluster).values()) == ["worker-1", "worker-2"]
+            worker = on_cluster.pid("worker-1")
+            os.kill(worker, signal.SIGKILL)
+            tick_until(lambda: on_cluster.alive_workers() == 1, 60, "the master to drop it")
+            before = count(sink_dsn, table)[0]
+            tick_until(lambda: count(sink_dsn, table)[0] >= before + 500, 120, "more rows")
+            assert set(executors(on_cluster).values()) == {"worker-2"}
 
-        on_cluster.start()  # starts what is not running: worker-1
-        assert on_cluster.alive_workers() == 2
-        reconcile_until(
-            "rejoined",
-            lambda: sorted(executors(on_cluster).values()) == ["worker-1", "worker-2"],
-            90,
-            "an executor on the worker that came back",
+            on_cluster.start()  # starts what is not running: worker-1
+            assert on_cluster.alive_workers() == 2
+            tick_until(
+                lambda: sorted(executors(on_cluster).values()) == ["worker-1", "worker-2"],
+                90,
+                "an executor on the worker that came back",
+            )
+            before = count(sink_dsn, table)[0]
+            tick_until(lambda: count(sink_dsn, table)[0] >= before + 500, 120, "more rows")
+        tick_until(lambda: count(sink_dsn, table)[0] >= load.sent, 120, "the rest")
+        assert count(sink_dsn, table) == (load.sent, load.sent)
+        run.refresh_from_db()
+        assert (run.state, run.generation) == (RunState.RUNNING, 1)
+        # Heard all along through the application's channel: its batches are known.
+        assert run.last_batch_id is not None and run.batches.count() > 10
+        api.post("/api/pipelines/rejoined/stop/")
+        tick_until(
+            lambda: Pipeline.objects.get(name="rejoined").status == "stopped", 120, "the stop"
         )
-        before = count(sink_dsn, table)[0]
-        reconcile_until(
-            "rejoined", lambda: count(sink_dsn, table)[0] >= before + 500, 120, "more rows"
-        )
-    reconcile_until("rejoined", lambda: count(sink_dsn, table)[0] >= load.sent, 120, "the rest")
-    assert count(sink_dsn, table) == (load.sent, load.sent)
-    run.refresh_from_db()
-    assert (run.state, run.generation) == (RunState.RUNNING, 1)
-    stop(api, "rejoined")
+    finally:
+        app.refresh_from_db()
+        if app.pid:
+            launcher.kill_application(app)
 
 
 def stop(api, name: str) -> None:
