@@ -73,7 +73,30 @@ def test_the_list_shows_each_application_s_state_load_and_size(django_user_model
     assert ">12.5<" in row  # CPU %
     assert ">3<" in row  # restarts
     assert "exit 137" in row
+    assert ">here<" in row  # its host
     assert "wanted stopped" in html  # the idle one
+
+
+def test_the_list_shows_the_control_plane_hosts_with_their_drivers(django_user_model, shared):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from controlplane.definitions.models import Host
+
+    Host.objects.create(name="here", capacity=6, seen_at=timezone.now())
+    Host.objects.create(
+        name="gone", capacity=2, seen_at=timezone.now() - timedelta(hours=1),
+        lost_at=timezone.now() - timedelta(minutes=59),
+    )  # fmt: skip
+    html = client_with(django_user_model, "viewer").get(reverse("applications")).content.decode()
+    assert re.findall(r'data-host="([^"]+)"', html) == ["gone", "here"]
+    here = html[html.index('data-host="here"') :]
+    here = " ".join(re.sub(r"<[^>]+>", " ", here[: here.index("</tr>")]).split())
+    assert "here up 1 / 6 0 s ago" in here, here  # the application's process is its driver
+    gone = html[html.index('data-host="gone"') :]
+    gone = " ".join(re.sub(r"<[^>]+>", " ", gone[: gone.index("</tr>")]).split())
+    assert "lost" in gone and "0 / 2" in gone and "59 minutes ago" in gone
 
 
 def test_the_application_page_shows_members_definition_and_last_error(

@@ -20,6 +20,7 @@ from controlplane.definitions.models import (
     Pipeline,
     SparkApplication,
 )
+from controlplane.supervision import hosts
 
 CONTROLS = [
     # action, label, what it does (shown in the confirmation)
@@ -70,12 +71,18 @@ def _shown(app: SparkApplication) -> SparkApplication:
 
 @role_required(VIEWER)
 def application_list(request):
-    """Every shared application: status, load, size, restarts, last exit."""
+    """Every shared application: status, load, size, restarts, last exit, host; and the
+    control-plane hosts their processes (and dedicated drivers) run on."""
     apps = [_shown(app) for app in controls.annotated(SparkApplication.objects.order_by("name"))]
     return render(
         request,
         "applications/list.html",
-        {"apps": apps, "can_admin": has_role(request.user, ADMIN)},
+        {
+            "apps": apps,
+            "can_admin": has_role(request.user, ADMIN),
+            "hosts": hosts.overview(timezone.now()),
+            "host_timeout": settings.CONTROLPLANE_HOST_TIMEOUT,
+        },
     )
 
 
