@@ -23,6 +23,7 @@ PAGES = {  # name: (url kwargs, method, role)
     "pipeline-status": ({"name": "orders"}, "get", "viewer"),
     "pipeline-diff": ({"name": "orders"}, "get", "viewer"),
     "pipeline-control": ({"name": "orders", "action": "restart"}, "post", "operator"),
+    "pipeline-rollback": ({"name": "orders"}, "post", "operator"),
     "connections": ({}, "get", "viewer"),
     "applications": ({}, "get", "viewer"),
     "application": ({"name": "shared"}, "get", "viewer"),
@@ -265,6 +266,32 @@ def test_the_diff_page_shows_what_changed_between_versions(api, django_user_mode
     assert '<span class="d-add">+    &quot;interval_seconds&quot;: 9' in html
     missing = reverse("pipeline-diff", kwargs={"name": "orders"}) + "?a=1&b=7"
     assert client.get(missing).status_code == 404
+    assert "Roll back" not in html  # a viewer may not
+
+
+def test_an_operator_rolls_back_from_the_diff_page(api, django_user_model, pipeline):
+    from controlplane.definitions.models import AuditEntry
+
+    v1 = Pipeline.objects.get(name="orders").spec
+    api.patch(
+        "/api/pipelines/orders/", {"spec": {"trigger": {"interval_seconds": 9}}}, format="json"
+    )
+    client = client_with(django_user_model, "operator")
+    html = client.get(reverse("pipeline-diff", kwargs={"name": "orders"})).content.decode()
+    assert "Roll back to v1" in html and 'name="version" value="1"' in html
+    url = reverse("pipeline-rollback", kwargs={"name": "orders"})
+    response = client.post(url, {"version": "1", "reason": "9 s was too slow"}, follow=True)
+    page = response.content.decode()
+    assert "orders rolled back to the spec of version 1 (now version 3)." in page
+    p = Pipeline.objects.get(name="orders")
+    assert (p.version, p.spec) == (3, v1)
+    assert AuditEntry.objects.filter(action="rollback").get().reason == (
+        "to version 1: 9 s was too slow"
+    )
+    # A version that is not kept: said so on the page, nothing changed.
+    page = client.post(url, {"version": "8"}, follow=True).content.decode()
+    assert "Not rolled back: version: pipeline &#x27;orders&#x27; has no version 8" in page
+    assert Pipeline.objects.get(name="orders").version == 3
 
 
 def test_the_pipeline_page_charts_come_from_the_app_and_its_history_api(

@@ -26,6 +26,7 @@ from .serializers import (
     FailureSerializer,
     PipelineSerializer,
     PipelineVersionSerializer,
+    RollbackSerializer,
     RunSerializer,
 )
 
@@ -61,6 +62,7 @@ class PipelineViewSet(viewsets.ModelViewSet):
             "resume",
             "restart_now",
             "reset_restarts",
+            "rollback",
         )
     }
 
@@ -192,6 +194,33 @@ class PipelineViewSet(viewsets.ModelViewSet):
     def reset_restarts(self, request, name: str | None = None) -> Response:
         """Make the restart policy count failures from now on (attempts, backoff)."""
         return self._control(request, "reset-restarts")
+
+    @extend_schema(request=RollbackSerializer, responses={200: PipelineSerializer})
+    @action(detail=True, methods=["post"])
+    def rollback(self, request, name: str | None = None) -> Response:
+        """Make an earlier version's spec current again: a new version equal to it (checked
+        against today's connections), audited with the reason. A pipeline with a driver
+        running is restarted (gracefully) so that the older spec runs; one at rest runs it at
+        its next start. Operators may do it: it only brings back a spec that was accepted."""
+        pipeline = self.get_object()
+        body = RollbackSerializer(data=request.data or {})
+        body.is_valid(raise_exception=True)
+        try:
+            pipeline = controls.rollback(
+                pipeline,
+                body.validated_data["version"],
+                user=request.user,
+                reason=body.validated_data.get("reason", ""),
+                now=timezone.now(),
+            )
+        except SpecError as exc:
+            raise ValidationError(exc.as_dict("spec.")) from None
+        except services.Invalid as exc:
+            raise ValidationError(exc.as_dict()) from None
+        except services.Conflict as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        transaction.on_commit(lambda: tasks.nudge(pipeline.pk))
+        return Response(self.get_serializer(pipeline).data)
 
     @extend_schema(responses=RunSerializer(many=True))
     @action(detail=True, methods=["get"], serializer_class=RunSerializer)

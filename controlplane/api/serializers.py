@@ -137,6 +137,12 @@ class ControlSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, max_length=2000)
 
 
+class RollbackSerializer(ControlSerializer):
+    """The body of a rollback: to which earlier version, and why."""
+
+    version = serializers.IntegerField(min_value=1)
+
+
 class RunSerializer(serializers.ModelSerializer):
     error_tail = serializers.SerializerMethodField()
 

@@ -152,11 +152,14 @@ def update_pipeline(
     desired_state: str | None = None,
     expected_version: int | None = None,
     placement: str | None = None,
+    action: str = "update",
+    reason: str = "",
 ) -> Pipeline:
     """Apply the given changes; a changed spec becomes a new version, an identical one does not.
 
     `expected_version` defaults to the version of the `pipeline` object passed in, i.e. the
-    one the caller read. A changed placement takes effect at the pipeline's next run.
+    one the caller read. A changed placement takes effect at the pipeline's next run. The
+    audit entry says `action` (and `reason`).
     """
     expected = pipeline.version if expected_version is None else expected_version
     spec = validate(spec_data) if spec_data is not None else None
@@ -194,9 +197,34 @@ def update_pipeline(
         current.refresh_from_db()
         after = audit.definition_snapshot(current)
         if after != before:
-            audit.record_with(current, "update", user=user, reason="", before=before, after=after)
+            audit.record_with(current, action, user=user, reason=reason, before=before, after=after)
     pipeline.refresh_from_db()
     return pipeline
+
+
+def rollback_pipeline(pipeline: Pipeline, *, to_version: int, user=None, reason: str = "") -> bool:
+    """Make an earlier version's spec the current one: a new version equal to it (checked
+    again against today's connections; raises SpecError, Invalid for a version that is not
+    kept, or Conflict), audited as a rollback with `reason`. False if the current spec is
+    that one already (nothing changes)."""
+    row = pipeline.versions.filter(version=to_version).first()
+    if row is None:
+        kept = list(pipeline.versions.order_by("version").values_list("version", flat=True))
+        raise Invalid(
+            "version",
+            f"pipeline {pipeline.name!r} has no version {to_version} "
+            f"(kept: {', '.join(map(str, kept)) or 'none'})",
+        )
+    if row.spec == pipeline.spec:
+        return False
+    update_pipeline(
+        pipeline,
+        user=user,
+        spec_data=row.spec,
+        action="rollback",
+        reason=f"to version {to_version}" + (f": {reason}" if reason else ""),
+    )
+    return True
 
 
 def delete_pipeline(pipeline: Pipeline, *, user=None, reason: str = "") -> bool:

@@ -14,6 +14,7 @@ urlpatterns = [
     path("pipelines/<slug:name>/", views.pipeline_page, name="pipeline"),
     path("pipelines/<slug:name>/status", views.pipeline_status, name="pipeline-status"),
     path("pipelines/<slug:name>/diff", views.pipeline_diff, name="pipeline-diff"),
+    path("pipelines/<slug:name>/rollback", views.pipeline_rollback, name="pipeline-rollback"),
     path(
         "pipelines/<slug:name>/control/<slug:action>",
         views.pipeline_control,

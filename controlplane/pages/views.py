@@ -16,9 +16,11 @@ from controlplane import health
 from controlplane.accounts.decorators import role_required
 from controlplane.accounts.roles import OPERATOR, VIEWER, has_role
 from controlplane.connections.masking import known_secrets, mask
+from controlplane.definitions import services
 from controlplane.definitions.models import AuditEntry, Pipeline, ReconcilerState, RunState
 from controlplane.observability import metrics
 from controlplane.supervision import controls, tasks
+from jobs.spec import SpecError
 
 from . import detail, overview
 
@@ -194,8 +196,43 @@ def pipeline_diff(request, name: str):
             "new": new,
             "lines": lines,
             "versions": pipeline.versions.order_by("-version").values_list("version", flat=True),
+            "can_rollback": has_role(request.user, OPERATOR) and old != newest,
         },
     )
+
+
+@require_POST
+@role_required(OPERATOR)
+def pipeline_rollback(request, name: str):
+    """Roll back to an earlier version from the diff page (with a reason, audited); a
+    pipeline with a driver is restarted so that the older spec runs."""
+    pipeline = get_object_or_404(Pipeline, name=name)
+    reason = request.POST.get("reason", "").strip()[:2000]
+    try:
+        version = int(request.POST.get("version", ""))
+    except ValueError:
+        messages.error(request, "Not rolled back: choose a version.")
+        return redirect("pipeline", name=name)
+    try:
+        pipeline = controls.rollback(
+            pipeline, version, user=request.user, reason=reason, now=timezone.now()
+        )
+    except SpecError as exc:
+        problems = "; ".join(f"{e.field}: {e.message}" for e in exc.errors)
+        messages.error(
+            request, f"Not rolled back: version {version} is not valid today: {problems}"
+        )
+        return redirect("pipeline", name=name)
+    except (services.Invalid, services.Conflict) as exc:
+        messages.error(request, f"Not rolled back: {exc}")
+        return redirect("pipeline", name=name)
+    transaction.on_commit(lambda: tasks.nudge(pipeline.pk))
+    messages.success(
+        request,
+        f"{pipeline.name} rolled back to the spec of version {version} (now version"
+        f" {pipeline.version}).",
+    )
+    return redirect("pipeline", name=name)
 
 
 def _masked(failures) -> list:

@@ -14,7 +14,7 @@ from datetime import datetime
 
 from django.db import transaction
 
-from controlplane.definitions import audit
+from controlplane.definitions import audit, services
 from controlplane.definitions.models import DesiredState, Pipeline, Run, RunState, Status
 
 from . import hosts, reconciler
@@ -128,3 +128,15 @@ def act(pipeline: Pipeline, action: str, *, user, reason: str, now: datetime) ->
         locked.refresh_from_db()
         audit.record(locked, action, user=user, reason=reason, before=before)
     return locked
+
+
+def rollback(pipeline: Pipeline, to_version: int, *, user, reason: str, now: datetime) -> Pipeline:
+    """Make version `to_version`'s spec current again (definitions.services.rollback_pipeline:
+    raises SpecError, Invalid or Conflict); a pipeline with a driver is restarted gracefully
+    so that the older spec runs. Returns the pipeline as it now is."""
+    changed = services.rollback_pipeline(pipeline, to_version=to_version, user=user, reason=reason)
+    pipeline.refresh_from_db()
+    if changed and Run.objects.filter(pipeline=pipeline, state__in=RunState.active()).exists():
+        why = f"rollback to version {to_version}" + (f": {reason}" if reason else "")
+        pipeline = act(pipeline, "restart", user=user, reason=why, now=now)
+    return pipeline

@@ -28,6 +28,7 @@ ENDPOINTS = {
     "pipeline-resume": ({"name": "x"}, ["post"]),
     "pipeline-restart-now": ({"name": "x"}, ["post"]),
     "pipeline-reset-restarts": ({"name": "x"}, ["post"]),
+    "pipeline-rollback": ({"name": "x"}, ["post"]),
     "pipeline-runs": ({"name": "x"}, ["get"]),
     "pipeline-failures": ({"name": "x"}, ["get"]),
     "pipeline-metrics": ({"name": "x"}, ["get"]),
@@ -117,6 +118,7 @@ OPERATOR_ACTIONS = {
     "pipeline-resume",
     "pipeline-restart-now",
     "pipeline-reset-restarts",
+    "pipeline-rollback",  # brings back a spec that was accepted, checked again
     "connection-test",
     "application-start",
     "application-stop",
