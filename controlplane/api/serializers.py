@@ -15,6 +15,7 @@ from controlplane.definitions.models import (
     RunState,
     Status,
 )
+from controlplane.supervision.explain import summarize
 
 
 class PipelineSerializer(serializers.ModelSerializer):
@@ -145,6 +146,9 @@ class RollbackSerializer(ControlSerializer):
 
 class RunSerializer(serializers.ModelSerializer):
     error_tail = serializers.SerializerMethodField()
+    summary = serializers.SerializerMethodField(
+        help_text="Why the run ended, in words (empty while it is active)."
+    )
 
     class Meta:
         model = Run
@@ -160,6 +164,7 @@ class RunSerializer(serializers.ModelSerializer):
             "ended_at",
             "exit_code",
             "cause",
+            "summary",
             "error_tail",
             "last_heartbeat_at",
             "last_batch_id",
@@ -169,17 +174,29 @@ class RunSerializer(serializers.ModelSerializer):
     def get_error_tail(self, run: Run) -> str:
         return mask(run.error_tail, _secrets(self.context))
 
+    def get_summary(self, run: Run) -> str:
+        if not run.cause:
+            return ""
+        return mask(summarize(run.cause, run.exit_code, run.error_tail), _secrets(self.context))
+
 
 class FailureSerializer(serializers.ModelSerializer):
     run = serializers.SlugRelatedField(slug_field="generation", read_only=True)
     message = serializers.SerializerMethodField()
+    summary = serializers.SerializerMethodField(help_text="Why the run ended, in words.")
 
     class Meta:
         model = Failure
-        fields = ["at", "cause", "message", "permanent", "decision", "restart_at", "run"]
+        fields = [
+            "at", "cause", "summary", "message", "permanent", "decision", "restart_at", "run",
+        ]  # fmt: skip
 
     def get_message(self, failure: Failure) -> str:
         return mask(failure.message, _secrets(self.context))
+
+    def get_summary(self, failure: Failure) -> str:
+        exit_code = failure.run.exit_code if failure.run_id else None
+        return mask(summarize(failure.cause, exit_code, failure.message), _secrets(self.context))
 
 
 class AuditEntrySerializer(serializers.ModelSerializer):

@@ -20,6 +20,7 @@ from controlplane.definitions import services
 from controlplane.definitions.models import AuditEntry, Pipeline, ReconcilerState, RunState
 from controlplane.observability import metrics
 from controlplane.supervision import controls, tasks
+from controlplane.supervision.explain import summarize
 from jobs.spec import SpecError
 
 from . import detail, overview
@@ -236,10 +237,13 @@ def pipeline_rollback(request, name: str):
 
 
 def _masked(failures) -> list:
-    """Failures with stored secret values masked out of their messages (for display)."""
+    """Failures with stored secret values masked out of their messages (for display), each
+    with why its run ended in words (`summary`)."""
     out = list(failures)
     secrets = known_secrets()
     for failure in out:
+        exit_code = failure.run.exit_code if failure.run_id else None
+        failure.summary = mask(summarize(failure.cause, exit_code, failure.message), secrets)
         failure.message = mask(failure.message, secrets)
     return out
 

@@ -186,6 +186,7 @@ def test_a_pipeline_killed_backs_off_and_runs_again_before_the_operators_eyes(
     page.reload()
     exceptions = page.locator("section", has=page.get_by_role("heading", name="Exceptions"))
     expect(exceptions).to_contain_text("crashed")  # the exceptions history says why
+    expect(exceptions.locator(".summary").first).to_have_text("killed by signal 9 (SIGKILL)")
     expect(exceptions).to_contain_text("restart 1 of 3")
 
     # An operator restarts it with a reason; the audit log page shows who, what and why.
