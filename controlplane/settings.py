@@ -77,6 +77,7 @@ INSTALLED_APPS = [
     "controlplane.definitions",
     "controlplane.supervision",
     "controlplane.observability",
+    "controlplane.alerting",
 ]
 
 MIDDLEWARE = [
@@ -218,6 +219,7 @@ CONTROLPLANE_RECONCILE_SECONDS = env_float("CONTROLPLANE_RECONCILE_SECONDS", 5.0
 CONTROLPLANE_COLLECT_SECONDS = env_float("CONTROLPLANE_COLLECT_SECONDS", 10.0, minimum=1.0)
 # Lag samples (one per pipeline and round) are kept this long.
 CONTROLPLANE_LAG_SAMPLE_HOURS = env_float("CONTROLPLANE_LAG_SAMPLE_HOURS", 48.0, minimum=0.1)
+CONTROLPLANE_ALERT_SECONDS = env_float("CONTROLPLANE_ALERT_SECONDS", 15.0, minimum=1.0)
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {
         "task": "controlplane.supervision.tasks.reconcile",
@@ -230,6 +232,16 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": CONTROLPLANE_COLLECT_SECONDS,
         # A round that waited longer than one interval is stale: the next one supersedes it.
         "options": {"expires": CONTROLPLANE_COLLECT_SECONDS},
+    },
+    "evaluate-alerts": {
+        "task": "controlplane.alerting.tasks.evaluate_alerts",
+        "schedule": CONTROLPLANE_ALERT_SECONDS,
+        "options": {"expires": CONTROLPLANE_ALERT_SECONDS},
+    },
+    "deliver-alerts": {
+        "task": "controlplane.alerting.tasks.deliver_alerts",
+        "schedule": 5.0,
+        "options": {"expires": 5.0},
     },
     "compact-progress": {
         "task": "controlplane.observability.tasks.compact_progress",
@@ -252,6 +264,15 @@ CONTROLPLANE_HOST_HEARTBEAT_SECONDS = env_float(
     "CONTROLPLANE_HOST_HEARTBEAT_SECONDS", 5.0, minimum=0.5
 )
 CONTROLPLANE_HOST_TIMEOUT = env_float("CONTROLPLANE_HOST_TIMEOUT", 60.0, minimum=2.0)
+# Alerts (controlplane.alerting): evaluated and sent by beat tasks, apart from the tick.
+# E-mail for alert channels of kind "email" (Django's SMTP backend).
+EMAIL_HOST = env_str("CONTROLPLANE_SMTP_HOST", "localhost")
+EMAIL_PORT = env_int("CONTROLPLANE_SMTP_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("CONTROLPLANE_SMTP_USER", "")
+EMAIL_HOST_PASSWORD = env_str("CONTROLPLANE_SMTP_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("CONTROLPLANE_SMTP_STARTTLS", False)
+EMAIL_TIMEOUT = 10
+DEFAULT_FROM_EMAIL = env_str("CONTROLPLANE_ALERT_FROM", "controlplane@localhost")
 # Batch progress is kept raw this long, then summed per hour; the hourly sums this long.
 CONTROLPLANE_PROGRESS_RAW_HOURS = env_float("CONTROLPLANE_PROGRESS_RAW_HOURS", 24.0, minimum=0.1)
 CONTROLPLANE_PROGRESS_ROLLUP_DAYS = env_float(

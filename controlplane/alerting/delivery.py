@@ -1,0 +1,117 @@
+"""Sending alerts: the deliveries the evaluation round wrote (an outbox), each to its
+channel, by a beat task; every attempt's outcome recorded on the delivery. A failed attempt
+is tried again later (BACKOFF), then given up (`failed`). Nothing here runs in the reconcile
+tick, and a channel that hangs costs at most its timeout."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import time
+from datetime import datetime, timedelta
+
+import requests
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+
+from .models import AlertDelivery, ChannelKind, DeliveryStatus
+
+log = logging.getLogger("controlplane.alerting")
+
+# Waits before the 2nd, 3rd... attempt; after the last, the delivery has failed.
+BACKOFF_SECONDS = (10, 30, 60, 300, 900)
+TIMEOUT = (3.0, 5.0)
+BATCH = 50
+SIGNATURE_HEADER = "X-Controlplane-Signature"
+TIMESTAMP_HEADER = "X-Controlplane-Timestamp"
+
+
+def deliver(now: datetime) -> dict:
+    """Send what is due (at most BATCH); returns counts."""
+    counts = {"sent": 0, "retry": 0, "failed": 0}
+    with transaction.atomic():
+        due = list(
+            AlertDelivery.objects.select_for_update(skip_locked=True)
+            .select_related("alert__rule", "alert__pipeline", "channel")
+            .filter(status=DeliveryStatus.PENDING, next_try_at__lte=now)
+            .order_by("next_try_at", "id")[:BATCH]
+        )
+        for delivery in due:
+            delivery.attempts += 1
+            try:
+                send(delivery)
+            except Exception as exc:  # every failure is the delivery's, recorded
+                delivery.last_error = f"{type(exc).__name__}: {exc}"[:2000]
+                if delivery.attempts > len(BACKOFF_SECONDS):
+                    delivery.status = DeliveryStatus.FAILED
+                    counts["failed"] += 1
+                    log.warning("alert delivery %s failed for good: %s", delivery.pk, exc)
+                else:
+                    wait = BACKOFF_SECONDS[delivery.attempts - 1]
+                    delivery.next_try_at = now + timedelta(seconds=wait)
+                    counts["retry"] += 1
+            else:
+                delivery.status = DeliveryStatus.SENT
+                delivery.sent_at = now
+                delivery.last_error = ""
+                counts["sent"] += 1
+            delivery.save(
+                update_fields=["attempts", "status", "next_try_at", "sent_at", "last_error"]
+            )
+    return counts
+
+
+def payload(delivery: AlertDelivery) -> dict:
+    alert = delivery.alert
+    rule = alert.rule
+    base = settings.CONTROLPLANE_URL.rstrip("/")
+    return {
+        "event": delivery.event,  # firing, repeat, resolved
+        "alert": alert.pk,
+        "rule": rule.name,
+        "kind": rule.kind,
+        "subject": alert.subject,
+        "pipeline": alert.pipeline.name if alert.pipeline_id else None,
+        "message": delivery.message,
+        "since": alert.since.isoformat(),
+        "url": f"{base}/pipelines/{alert.subject}/" if alert.pipeline_id else f"{base}/",
+    }
+
+
+def title(delivery: AlertDelivery) -> str:
+    word = {"firing": "FIRING", "repeat": "STILL FIRING", "resolved": "RESOLVED"}
+    alert = delivery.alert
+    return f"[{word.get(delivery.event, delivery.event)}] {alert.rule.name}: {alert.subject}"
+
+
+def send(delivery: AlertDelivery) -> None:
+    """Raises if the channel did not take it."""
+    channel = delivery.channel
+    body = payload(delivery)
+    if channel.kind == ChannelKind.EMAIL:
+        recipients = [a.strip() for a in channel.target.split(",") if a.strip()]
+        text = f"{body['message']}\n\nsince {body['since']}\n{body['url']}\n"
+        send_mail(title(delivery), text, settings.DEFAULT_FROM_EMAIL, recipients)
+        return
+    if channel.kind == ChannelKind.SLACK:
+        data = json.dumps({"text": f"{title(delivery)}\n{body['message']}\n{body['url']}"})
+        headers = {"Content-Type": "application/json"}
+    else:
+        data = json.dumps(body, sort_keys=True)
+        headers = {"Content-Type": "application/json", **signature(channel, data)}
+    response = requests.post(channel.target, data=data.encode(), headers=headers, timeout=TIMEOUT)
+    if response.status_code >= 300:
+        raise RuntimeError(f"{channel.target} answered {response.status_code}")
+
+
+def signature(channel, data: str, *, at: int | None = None) -> dict[str, str]:
+    """HMAC-SHA256 of "<timestamp>.<body>" with the channel's signing key (none: unsigned)."""
+    key = channel.get_signing_key()
+    if not key:
+        return {}
+    stamp = str(at if at is not None else int(time.time()))
+    digest = hmac.new(key.encode(), f"{stamp}.{data}".encode(), hashlib.sha256).hexdigest()
+    return {TIMESTAMP_HEADER: stamp, SIGNATURE_HEADER: f"sha256={digest}"}

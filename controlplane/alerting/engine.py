@@ -1,0 +1,191 @@
+"""One evaluation round of every enabled alert rule (a beat task, apart from the reconcile
+tick: alerting never delays supervision). Facts come from what is stored (pipelines, their
+runs and failures, the metrics collector's figures, the reconciler's last tick), in a few
+queries whatever the number of pipelines. An alert's change and the deliveries it causes are
+written in one transaction (an outbox): `delivery` sends them."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.db import connection, transaction
+from django.db.models import Max
+
+from controlplane.definitions.models import (
+    Failure,
+    Pipeline,
+    PipelineFigures,
+    ReconcilerState,
+    Run,
+)
+
+from . import rules
+from .models import Alert, AlertDelivery, AlertRule, AlertState
+
+log = logging.getLogger("controlplane.alerting")
+
+ROUND_LOCK = 0x616C657274  # pg advisory lock: one evaluation round at a time
+DEFAULT_FAILURE_WINDOW = timedelta(hours=1)
+
+
+def evaluate(now: datetime) -> dict:
+    """Evaluate every enabled rule for its subjects; returns what changed."""
+    summary = {"rules": 0, "fired": 0, "repeated": 0, "resolved": 0, "silenced": 0}
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [ROUND_LOCK])
+            if not cursor.fetchone()[0]:
+                return {"skipped": "another round is running"}
+        enabled = list(AlertRule.objects.filter(enabled=True).prefetch_related("channels"))
+        summary["rules"] = len(enabled)
+        open_alerts = {
+            (a.rule_id, a.subject): a
+            for a in Alert.objects.filter(state__in=AlertState.open()).select_related("rule")
+        }
+        facts = _pipeline_facts(now, enabled) if enabled else {}
+        plane = _control_plane_facts() if any(r.kind == "control-plane" for r in enabled) else None
+        seen = set()
+        for rule in enabled:
+            for subject, pipeline_id, message in _subjects(rule, facts, plane, now):
+                seen.add((rule.pk, subject))
+                alert = open_alerts.get((rule.pk, subject))
+                _apply(rule, subject, pipeline_id, message, alert, now, summary)
+        # Open alerts of rules disabled since, or of subjects gone: resolved.
+        for key, alert in open_alerts.items():
+            if key not in seen:
+                _apply(alert.rule, alert.subject, alert.pipeline_id, None, alert, now, summary)
+    return summary
+
+
+def _subjects(rule: AlertRule, facts: dict, plane, now: datetime):
+    if rule.kind == "control-plane":
+        yield rules.CONTROL_PLANE, None, rules.control_plane_holds(rule.params, plane, now)
+        return
+    for pipeline_id, (name, pipeline_facts) in facts.items():
+        if rule.pipeline_id is not None and rule.pipeline_id != pipeline_id:
+            continue
+        yield name, pipeline_id, rules.holds(rule.kind, rule.params, pipeline_facts, now)
+
+
+def _apply(rule, subject, pipeline_id, message, alert, now, summary) -> None:
+    current = None
+    if alert is not None:
+        current = rules.Open(
+            state=alert.state,
+            since=alert.since,
+            notified_at=alert.notified_at,
+            acknowledged=alert.acknowledged_at is not None,
+        )
+    repeat = timedelta(seconds=rule.repeat_seconds) if rule.repeat_seconds else None
+    action = rules.step(
+        message is not None,
+        current,
+        hold_for=timedelta(seconds=rule.for_seconds),
+        repeat=repeat,
+        now=now,
+    )
+    if action == "pend":
+        Alert.objects.create(
+            rule=rule, pipeline_id=pipeline_id, subject=subject, state=AlertState.PENDING,
+            message=message, since=now,
+        )  # fmt: skip
+    elif action == "fire":
+        if alert is None:
+            alert = Alert(rule=rule, pipeline_id=pipeline_id, subject=subject, since=now)
+        alert.state, alert.message = AlertState.FIRING, message
+        alert.fired_at = alert.notified_at = now
+        alert.save()
+        summary["fired"] += 1
+        _send(rule, alert, "firing", message, now, summary)
+    elif action == "repeat":
+        alert.message, alert.notified_at, alert.repeats = message, now, alert.repeats + 1
+        alert.save(update_fields=["message", "notified_at", "repeats"])
+        summary["repeated"] += 1
+        _send(rule, alert, "repeat", message, now, summary)
+    elif action == "resolve":
+        alert.state, alert.resolved_at = AlertState.RESOLVED, now
+        alert.save(update_fields=["state", "resolved_at"])
+        summary["resolved"] += 1
+        why = "the rule was disabled" if not rule.enabled else "no longer holds"
+        _send(rule, alert, "resolved", f"resolved ({why}): was {alert.message}", now, summary)
+    elif action == "drop":
+        alert.state, alert.resolved_at = AlertState.DROPPED, now
+        alert.save(update_fields=["state", "resolved_at"])
+    elif alert is not None and message is not None and alert.message != message:
+        alert.message = message  # still holding: its latest words
+        alert.save(update_fields=["message"])
+
+
+def _send(rule, alert, event: str, message: str, now: datetime, summary: dict) -> None:
+    if rule.silenced_until is not None and rule.silenced_until > now:
+        summary["silenced"] += 1
+        log.info("alert %s %s: silenced until %s", alert, event, rule.silenced_until)
+        return
+    AlertDelivery.objects.bulk_create(
+        [
+            AlertDelivery(
+                alert=alert, channel=channel, event=event, message=message, next_try_at=now
+            )
+            for channel in rule.channels.all()
+        ]
+    )
+
+
+def _pipeline_facts(now: datetime, enabled: list[AlertRule]) -> dict[int, tuple[str, rules.Facts]]:
+    windows = [
+        timedelta(minutes=r.params.get("minutes", 0))
+        for r in enabled
+        if r.kind == "restarts" and isinstance(r.params.get("minutes"), int | float)
+    ]
+    window = max([DEFAULT_FAILURE_WINDOW, *windows])
+    failures: dict[int, list[datetime]] = {}
+    for pipeline_id, at in Failure.objects.filter(at__gte=now - window).values_list(
+        "pipeline_id", "at"
+    ):
+        failures.setdefault(pipeline_id, []).append(at)
+    latest_failure = dict(
+        Failure.objects.values("pipeline_id")
+        .annotate(at=Max("at"))
+        .values_list("pipeline_id", "at")
+    )
+    figures = {
+        f.pipeline_id: f
+        for f in PipelineFigures.objects.only(
+            "pipeline_id", "lag_records", "lag_seconds", "backpressure"
+        )
+    }
+    latest_run = {}
+    for run in (
+        Run.objects.order_by("pipeline_id", "-generation")
+        .distinct("pipeline_id")
+        .only("pipeline_id", "started_at", "last_batch_at")
+    ):
+        latest_run[run.pipeline_id] = run
+    out = {}
+    for pipeline_id, name, status, desired in Pipeline.objects.values_list(
+        "id", "name", "status", "desired_state"
+    ):
+        stored = figures.get(pipeline_id)
+        run = latest_run.get(pipeline_id)
+        out[pipeline_id] = (
+            name,
+            rules.Facts(
+                status=status,
+                desired_state=desired,
+                lag_records=stored.lag_records if stored else None,
+                lag_seconds=stored.lag_seconds if stored else None,
+                backpressure=stored.backpressure if stored else None,
+                last_commit_at=run.last_batch_at if run else None,
+                started_at=run.started_at if run else None,
+                backing_off_since=latest_failure.get(pipeline_id),
+                failures_at=failures.get(pipeline_id, []),
+            ),
+        )
+    return out
+
+
+def _control_plane_facts() -> rules.ControlPlaneFacts:
+    tick = ReconcilerState.objects.filter(id=1).values_list("last_tick_at", flat=True).first()
+    collected = PipelineFigures.objects.aggregate(at=Max("collected_at"))["at"]
+    return rules.ControlPlaneFacts(last_tick_at=tick, last_collected_at=collected)

@@ -1,0 +1,179 @@
+"""Alert rules: when a rule's condition holds for a pipeline (or for the control plane), and
+what an alert does next. Pure: no Django, no Celery; time is passed in.
+
+An alert is pending while its condition has held for less than the rule's `for` time, fires
+once it has held that long, repeats every `repeat` while it still holds (not once it is
+acknowledged), and resolves when the condition no longer holds. A pending alert whose
+condition goes away is dropped unsent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+# kind: (parameters it takes, what it watches). Parameters are numbers.
+KINDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "gave-up": ((), "the pipeline's restart policy gave up (status failed)"),
+    "backing-off": (("minutes",), "the pipeline has been backing off for longer than N minutes"),
+    "restarts": (("count", "minutes"), "more than COUNT failures within MINUTES"),
+    "lag-seconds": (("above",), "lag in seconds above a threshold (for the rule's `for` time)"),
+    "lag-records": (("above",), "lag in records above a threshold (for the rule's `for` time)"),
+    "backpressure-high": ((), "backpressure high (for the rule's `for` time)"),
+    "no-commit": (("minutes",), "wanted running, and no batch committed for N minutes"),
+    "control-plane": (
+        ("minutes",),
+        "the control plane's reconcile tick or metrics collector has not run for N minutes",
+    ),
+}
+CONTROL_PLANE = "control plane"  # the subject of control-plane rules
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What is known of one pipeline when the rules are evaluated."""
+
+    status: str
+    desired_state: str
+    lag_records: int | None = None
+    lag_seconds: float | None = None
+    backpressure: str | None = None
+    last_commit_at: datetime | None = None
+    started_at: datetime | None = None  # the current run's start, if any
+    backing_off_since: datetime | None = None
+    failures_at: list[datetime] = field(default_factory=list)  # recent failures' times
+
+
+@dataclass(frozen=True)
+class ControlPlaneFacts:
+    last_tick_at: datetime | None
+    last_collected_at: datetime | None
+
+
+def params_problem(kind: str, params: dict) -> str | None:
+    """Why these parameters do not fit the kind, or None."""
+    if kind not in KINDS:
+        return f"must be one of {', '.join(sorted(KINDS))}"
+    wanted = KINDS[kind][0]
+    unknown = sorted(set(params) - set(wanted))
+    if unknown:
+        return f"{kind} takes {', '.join(wanted) or 'no parameters'}; not {', '.join(unknown)}"
+    for name in wanted:
+        value = params.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return f"{kind} needs {name} (a number)"
+        if value < 0:
+            return f"{name} must not be negative"
+    return None
+
+
+def holds(kind: str, params: dict, facts: Facts, now: datetime) -> str | None:
+    """The message saying why the rule holds for the pipeline, or None."""
+    if kind == "gave-up":
+        return (
+            "the restart policy gave up: the pipeline is failed"
+            if facts.status == "failed"
+            else None
+        )
+    if kind == "backing-off":
+        limit = timedelta(minutes=params["minutes"])
+        since = facts.backing_off_since
+        if facts.status == "backing-off" and since is not None and now - since > limit:
+            return f"backing off for {_minutes(now - since)} (more than {params['minutes']:g} min)"
+        return None
+    if kind == "restarts":
+        window = timedelta(minutes=params["minutes"])
+        recent = [at for at in facts.failures_at if now - at <= window]
+        if len(recent) > params["count"]:
+            return (
+                f"{len(recent)} failures within {params['minutes']:g} min "
+                f"(more than {params['count']:g})"
+            )
+        return None
+    if kind == "lag-seconds":
+        if facts.lag_seconds is not None and facts.lag_seconds > params["above"]:
+            return f"lag {facts.lag_seconds:.0f} s (above {params['above']:g} s)"
+        return None
+    if kind == "lag-records":
+        if facts.lag_records is not None and facts.lag_records > params["above"]:
+            return f"lag {facts.lag_records:,} records (above {params['above']:,.0f})"
+        return None
+    if kind == "backpressure-high":
+        return (
+            "backpressure high: batches take longer than the trigger"
+            if facts.backpressure == "high"
+            else None
+        )
+    if kind == "no-commit":
+        if facts.desired_state != "running":
+            return None
+        limit = timedelta(minutes=params["minutes"])
+        since = max(filter(None, (facts.last_commit_at, facts.started_at)), default=None)
+        if since is not None and now - since > limit:
+            what = (
+                "no batch committed"
+                if facts.last_commit_at
+                else "no batch committed since the start"
+            )
+            return f"{what} for {_minutes(now - since)} (more than {params['minutes']:g} min)"
+        return None
+    raise ValueError(f"not a pipeline rule: {kind}")
+
+
+def control_plane_holds(params: dict, facts: ControlPlaneFacts, now: datetime) -> str | None:
+    """Why the control plane itself is unhealthy, or None. The collector counts once it has
+    stored anything (with no pipeline it has nothing to store)."""
+    limit = timedelta(minutes=params["minutes"])
+    stale = []
+    if facts.last_tick_at is None or now - facts.last_tick_at > limit:
+        ran = f"for {_minutes(now - facts.last_tick_at)}" if facts.last_tick_at else "yet"
+        stale.append(f"the reconcile tick has not run {ran}")
+    if facts.last_collected_at is not None and now - facts.last_collected_at > limit:
+        stale.append(
+            f"the metrics collector has not run for {_minutes(now - facts.last_collected_at)}"
+        )
+    return "; ".join(stale) or None
+
+
+@dataclass(frozen=True)
+class Open:
+    """An alert not yet resolved: pending (not sent) or firing (sent)."""
+
+    state: str  # "pending" or "firing"
+    since: datetime  # the condition has held since
+    notified_at: datetime | None  # firing: when it was last sent
+    acknowledged: bool = False
+
+
+def step(
+    holding: bool,
+    alert: Open | None,
+    *,
+    hold_for: timedelta,
+    repeat: timedelta | None,
+    now: datetime,
+) -> str:
+    """What to do now: "" (nothing), "pend", "fire", "repeat", "resolve" or "drop"."""
+    if holding:
+        if alert is None:
+            return "fire" if hold_for <= timedelta(0) else "pend"
+        if alert.state == "pending":
+            return "fire" if now - alert.since >= hold_for else ""
+        if (
+            repeat
+            and not alert.acknowledged
+            and alert.notified_at
+            and now - alert.notified_at >= repeat
+        ):
+            return "repeat"
+        return ""
+    if alert is None:
+        return ""
+    return "drop" if alert.state == "pending" else "resolve"
+
+
+def _minutes(delta: timedelta) -> str:
+    seconds = delta.total_seconds()
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min"

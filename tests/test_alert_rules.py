@@ -1,0 +1,143 @@
+"""Alert rules' conditions and an alert's life (controlplane.alerting.rules): pure."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from controlplane.alerting import rules
+from controlplane.alerting.rules import ControlPlaneFacts, Facts, Open, holds, step
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+def ago(**kw) -> datetime:
+    return NOW - timedelta(**kw)
+
+
+def facts(**kw) -> Facts:
+    return Facts(**{"status": "running", "desired_state": "running", **kw})
+
+
+@pytest.mark.parametrize(
+    ("kind", "params", "given", "expected"),
+    [
+        (
+            "gave-up",
+            {},
+            facts(status="failed"),
+            "the restart policy gave up: the pipeline is failed",
+        ),
+        ("gave-up", {}, facts(status="backing-off"), None),
+        (
+            "backing-off",
+            {"minutes": 10},
+            facts(status="backing-off", backing_off_since=ago(minutes=11)),
+            "backing off for 11 min (more than 10 min)",
+        ),
+        (
+            "backing-off",
+            {"minutes": 10},
+            facts(status="backing-off", backing_off_since=ago(minutes=9)),
+            None,
+        ),
+        (
+            "restarts",
+            {"count": 2, "minutes": 5},
+            facts(failures_at=[ago(minutes=1), ago(minutes=2), ago(minutes=4), ago(minutes=30)]),
+            "3 failures within 5 min (more than 2)",
+        ),
+        ("restarts", {"count": 3, "minutes": 5}, facts(failures_at=[ago(minutes=1)] * 3), None),
+        ("lag-seconds", {"above": 60}, facts(lag_seconds=61.2), "lag 61 s (above 60 s)"),
+        ("lag-seconds", {"above": 60}, facts(lag_seconds=None), None),
+        (
+            "lag-records",
+            {"above": 1000},
+            facts(lag_records=1001),
+            "lag 1,001 records (above 1,000)",
+        ),
+        (
+            "backpressure-high",
+            {},
+            facts(backpressure="high"),
+            "backpressure high: batches take longer than the trigger",
+        ),
+        ("backpressure-high", {}, facts(backpressure="low"), None),
+        (
+            "no-commit",
+            {"minutes": 5},
+            facts(last_commit_at=ago(minutes=6), started_at=ago(hours=1)),
+            "no batch committed for 6 min (more than 5 min)",
+        ),
+        (
+            "no-commit",
+            {"minutes": 5},
+            facts(started_at=ago(minutes=7)),
+            "no batch committed since the start for 7 min (more than 5 min)",
+        ),
+        (
+            "no-commit",
+            {"minutes": 5},
+            facts(desired_state="stopped", last_commit_at=ago(hours=2)),
+            None,
+        ),
+        ("no-commit", {"minutes": 5}, facts(last_commit_at=ago(minutes=1)), None),
+    ],
+)
+def test_each_kind_says_why_it_holds(kind, params, given, expected):
+    assert rules.params_problem(kind, params) is None
+    assert holds(kind, params, given, NOW) == expected
+
+
+def test_the_control_plane_rule_watches_the_tick_and_the_collector():
+    assert (
+        rules.control_plane_holds(
+            {"minutes": 2}, ControlPlaneFacts(ago(seconds=30), ago(seconds=20)), NOW
+        )
+        is None
+    )
+    assert rules.control_plane_holds(
+        {"minutes": 2}, ControlPlaneFacts(ago(minutes=5), None), NOW
+    ) == ("the reconcile tick has not run for 5 min")
+    assert rules.control_plane_holds(
+        {"minutes": 2}, ControlPlaneFacts(None, ago(minutes=3)), NOW
+    ) == ("the reconcile tick has not run yet; the metrics collector has not run for 3 min")
+
+
+@pytest.mark.parametrize(
+    ("kind", "params", "problem"),
+    [
+        ("nope", {}, "must be one of"),
+        ("lag-seconds", {}, "lag-seconds needs above (a number)"),
+        ("lag-seconds", {"above": "9"}, "lag-seconds needs above (a number)"),
+        ("lag-seconds", {"above": True}, "lag-seconds needs above (a number)"),
+        ("lag-seconds", {"above": -1}, "above must not be negative"),
+        ("gave-up", {"minutes": 3}, "gave-up takes no parameters; not minutes"),
+    ],
+)
+def test_bad_parameters_are_named(kind, params, problem):
+    assert problem in rules.params_problem(kind, params)
+
+
+def test_an_alert_pends_fires_repeats_until_acknowledged_and_resolves():
+    hold, repeat = timedelta(minutes=5), timedelta(minutes=30)
+
+    def at(state, since, notified=None, ack=False, holding=True, now=NOW):
+        alert = Open(state, since, notified, ack) if state else None
+        return step(holding, alert, hold_for=hold, repeat=repeat, now=now)
+
+    assert at(None, None) == "pend"
+    assert step(True, None, hold_for=timedelta(0), repeat=repeat, now=NOW) == "fire"
+    assert at("pending", ago(minutes=4)) == ""
+    assert at("pending", ago(minutes=5)) == "fire"
+    assert at("pending", ago(minutes=4), holding=False) == "drop"  # never sent
+    assert at("firing", ago(hours=1), ago(minutes=29)) == ""
+    assert at("firing", ago(hours=1), ago(minutes=30)) == "repeat"
+    assert at("firing", ago(hours=1), ago(minutes=30), ack=True) == ""  # acknowledged
+    assert (
+        step(True, Open("firing", ago(hours=9), ago(hours=8)), hold_for=hold, repeat=None, now=NOW)
+        == ""
+    )
+    assert at("firing", ago(hours=1), ago(minutes=1), holding=False) == "resolve"
+    assert at(None, None, holding=False) == ""
