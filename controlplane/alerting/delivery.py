@@ -34,7 +34,7 @@ def deliver(now: datetime) -> dict:
     counts = {"sent": 0, "retry": 0, "failed": 0}
     with transaction.atomic():
         due = list(
-            AlertDelivery.objects.select_for_update(skip_locked=True)
+            AlertDelivery.objects.select_for_update(skip_locked=True, of=("self",))
             .select_related("alert__rule", "alert__pipeline", "channel")
             .filter(status=DeliveryStatus.PENDING, next_try_at__lte=now)
             .order_by("next_try_at", "id")[:BATCH]
