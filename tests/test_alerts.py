@@ -231,4 +231,5 @@ def test_a_lag_rule_fires_when_a_stopped_pipeline_falls_behind(
     assert engine.evaluate(t + timedelta(seconds=80))["fired"] == 1
     deliver_all(t + timedelta(seconds=80))
     ((path, _, body),) = receiver.posts
+    assert path == "/hook"
     assert json.loads(body)["message"] == "lag 50 records (above 40)"
