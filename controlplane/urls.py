@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
+from controlplane.api.alerting import AlertChannelViewSet, AlertRuleViewSet, AlertViewSet
 from controlplane.api.applications import ApplicationViewSet
 from controlplane.api.connections import ConnectionViewSet
 from controlplane.api.hosts import HostList
@@ -22,6 +23,9 @@ router.register("connections", ConnectionViewSet, basename="connection")
 router.register("pipelines", PipelineViewSet, basename="pipeline")
 router.register("applications", ApplicationViewSet, basename="application")
 router.register("audit", AuditViewSet, basename="audit")
+router.register("alert-channels", AlertChannelViewSet, basename="alert-channel")
+router.register("alert-rules", AlertRuleViewSet, basename="alert-rule")
+router.register("alerts", AlertViewSet, basename="alert")
 
 api_patterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -42,6 +42,15 @@ ENDPOINTS = {
     "application-exit": ({"name": "x"}, ["post"]),
     "application-reports": ({"name": "x"}, ["post"]),
     "audit-list": ({}, ["get"]),
+    "alert-channel-list": ({}, ["get", "post"]),
+    "alert-channel-detail": ({"name": "x"}, ["get", "put", "patch", "delete"]),
+    "alert-rule-list": ({}, ["get", "post"]),
+    "alert-rule-detail": ({"name": "x"}, ["get", "put", "patch", "delete"]),
+    "alert-rule-silence": ({"name": "x"}, ["post"]),
+    "alert-rule-unsilence": ({"name": "x"}, ["post"]),
+    "alert-list": ({}, ["get"]),
+    "alert-detail": ({"pk": 1}, ["get"]),
+    "alert-acknowledge": ({"pk": 1}, ["post"]),
     "audit-detail": ({"pk": 1}, ["get"]),
     "run-heartbeat": ({"run_id": 1}, ["post"]),
     "run-progress": ({"run_id": 1}, ["post"]),
@@ -123,9 +132,18 @@ OPERATOR_ACTIONS = {
     "application-start",
     "application-stop",
     "application-recycle",
+    "alert-rule-silence",
+    "alert-rule-unsilence",
+    "alert-acknowledge",
 }
 # Shared applications' definitions choose resources and Spark settings: admins only.
-ADMIN_WRITES = {"application-list", "application-detail"}
+# So do alert channels: they say where the control plane sends its messages.
+ADMIN_WRITES = {
+    "application-list",
+    "application-detail",
+    "alert-channel-list",
+    "alert-channel-detail",
+}
 
 
 def needed_role(name: str, method: str) -> str:

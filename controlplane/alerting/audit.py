@@ -1,0 +1,60 @@
+"""The audit log of alerting: who defined, changed, silenced or acknowledged what, and why.
+Entries name the pipeline where there is one (`pipeline_name`), else none; the rule or
+channel is in the entry's before/after."""
+
+from __future__ import annotations
+
+from controlplane.definitions.audit import actor
+from controlplane.definitions.models import AuditEntry
+
+from .models import Alert, AlertChannel, AlertRule
+
+
+def rule_snapshot(rule: AlertRule | None) -> dict:
+    if rule is None:
+        return {}
+    return {
+        "rule": rule.name,
+        "kind": rule.kind,
+        "params": rule.params,
+        "pipeline": rule.pipeline.name if rule.pipeline_id else None,
+        "for_seconds": rule.for_seconds,
+        "repeat_seconds": rule.repeat_seconds,
+        "channels": sorted(c.name for c in rule.channels.all()) if rule.pk else [],
+        "enabled": rule.enabled,
+        "silenced_until": rule.silenced_until.isoformat() if rule.silenced_until else None,
+    }
+
+
+def channel_snapshot(channel: AlertChannel | None) -> dict:
+    """Never the signing key: whether there is one."""
+    if channel is None:
+        return {}
+    return {
+        "channel": channel.name,
+        "kind": channel.kind,
+        "target": channel.target,
+        "signing_key": bool(channel.secret_encrypted),
+    }
+
+
+def alert_snapshot(alert: Alert) -> dict:
+    return {
+        "alert": alert.pk,
+        "rule": alert.rule.name,
+        "subject": alert.subject,
+        "state": alert.state,
+        "acknowledged": alert.acknowledged_at is not None,
+    }
+
+
+def record(action: str, *, user, before: dict, after: dict, pipeline=None, reason: str = ""):
+    return AuditEntry.objects.create(
+        **actor(user),
+        action=action,
+        pipeline=pipeline,
+        pipeline_name=pipeline.name if pipeline is not None else "",
+        reason=reason,
+        before=before,
+        after=after,
+    )

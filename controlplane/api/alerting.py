@@ -1,0 +1,300 @@
+"""Alerting over the API: channels (admins), rules (editors define them; operators silence
+them), alerts (everyone reads them, with every delivery attempt; operators acknowledge
+them). Every change is audited."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import EmailValidator, URLValidator
+from django.db import transaction
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from controlplane.accounts.roles import ADMIN, EDITOR, OPERATOR
+from controlplane.alerting import audit, rules
+from controlplane.alerting.models import (
+    Alert,
+    AlertChannel,
+    AlertDelivery,
+    AlertRule,
+    AlertState,
+    ChannelKind,
+)
+from controlplane.definitions.models import Pipeline
+
+from .serializers import ControlSerializer
+
+
+class AlertChannelSerializer(serializers.ModelSerializer):
+    signing_key = serializers.CharField(
+        write_only=True, required=False, allow_blank=True, max_length=512,
+        help_text="Webhooks: the HMAC-SHA256 key the body is signed with. Never shown.",
+    )  # fmt: skip
+    has_signing_key = serializers.SerializerMethodField()
+
+    class Meta:
+        model = AlertChannel
+        fields = ["name", "kind", "target", "signing_key", "has_signing_key", "created_at"]
+        read_only_fields = ["created_at"]
+
+    def get_has_signing_key(self, channel: AlertChannel) -> bool:
+        return bool(channel.secret_encrypted)
+
+    def validate(self, data):
+        kind = data.get("kind", getattr(self.instance, "kind", None))
+        target = data.get("target", getattr(self.instance, "target", ""))
+        try:
+            if kind == ChannelKind.EMAIL:
+                addresses = [a.strip() for a in target.split(",") if a.strip()]
+                if not addresses:
+                    raise DjangoValidationError("give one or more e-mail addresses")
+                for address in addresses:
+                    EmailValidator(message=f"{address!r} is not an e-mail address")(address)
+            else:
+                URLValidator(schemes=["http", "https"], message="must be an http(s) URL")(target)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError({"target": exc.messages}) from None
+        if data.get("signing_key") and kind != ChannelKind.WEBHOOK:
+            raise serializers.ValidationError({"signing_key": ["only webhooks are signed"]})
+        return data
+
+    def create(self, data):
+        key = data.pop("signing_key", "")
+        channel = AlertChannel(**data)
+        channel.set_signing_key(key)
+        channel.save()
+        return channel
+
+    def update(self, channel, data):
+        if "signing_key" in data:
+            channel.set_signing_key(data.pop("signing_key"))
+        for field, value in data.items():
+            setattr(channel, field, value)
+        channel.save()
+        return channel
+
+
+class AlertChannelViewSet(viewsets.ModelViewSet):
+    """Where alerts go: e-mail addresses, a webhook (JSON, signed with HMAC-SHA256 over
+    `<timestamp>.<body>`: headers `X-Controlplane-Timestamp`, `X-Controlplane-Signature:
+    sha256=<hex>`), or a Slack-compatible webhook. Admins define them."""
+
+    write_role = ADMIN
+    serializer_class = AlertChannelSerializer
+    queryset = AlertChannel.objects.all()
+    lookup_field = "name"
+    lookup_value_regex = "[a-z0-9-]+"
+
+    def perform_create(self, serializer):
+        with transaction.atomic():
+            channel = serializer.save()
+            audit.record(
+                "alert-channel-create", user=self.request.user, before={},
+                after=audit.channel_snapshot(channel),
+            )  # fmt: skip
+
+    def perform_update(self, serializer):
+        with transaction.atomic():
+            before = audit.channel_snapshot(serializer.instance)
+            channel = serializer.save()
+            audit.record(
+                "alert-channel-update", user=self.request.user, before=before,
+                after=audit.channel_snapshot(channel),
+            )  # fmt: skip
+
+    def perform_destroy(self, channel):
+        with transaction.atomic():
+            audit.record(
+                "alert-channel-delete", user=self.request.user,
+                before=audit.channel_snapshot(channel), after={},
+            )  # fmt: skip
+            channel.delete()
+
+
+class AlertRuleSerializer(serializers.ModelSerializer):
+    pipeline = serializers.SlugRelatedField(
+        slug_field="name", queryset=Pipeline.objects.all(), required=False, allow_null=True,
+        help_text="One pipeline; empty: every pipeline.",
+    )  # fmt: skip
+    channels = serializers.SlugRelatedField(
+        slug_field="name", queryset=AlertChannel.objects.all(), many=True, required=False
+    )
+    kind = serializers.ChoiceField(choices=sorted(rules.KINDS))
+
+    class Meta:
+        model = AlertRule
+        fields = [
+            "name", "kind", "params", "pipeline", "for_seconds", "repeat_seconds", "channels",
+            "enabled", "silenced_until", "silence_reason", "created_at",
+        ]  # fmt: skip
+        read_only_fields = ["silenced_until", "silence_reason", "created_at"]
+
+    def validate(self, data):
+        kind = data.get("kind", getattr(self.instance, "kind", None))
+        params = data.get("params", getattr(self.instance, "params", {}))
+        if not isinstance(params, dict):
+            raise serializers.ValidationError({"params": ["must be an object"]})
+        if problem := rules.params_problem(kind, params):
+            raise serializers.ValidationError({"params": [problem]})
+        if kind == "control-plane" and data.get("pipeline"):
+            raise serializers.ValidationError(
+                {"pipeline": ["a control-plane rule is about the control plane, not a pipeline"]}
+            )
+        return data
+
+
+class SilenceSerializer(ControlSerializer):
+    minutes = serializers.IntegerField(min_value=1, max_value=60 * 24 * 30)
+
+
+class AlertRuleViewSet(viewsets.ModelViewSet):
+    """When to alert (`kind` with its `params`), for one pipeline or all, after the condition
+    held `for_seconds`, again every `repeat_seconds` while it holds (0: never), to which
+    `channels`. Editors define them; operators silence them for a while."""
+
+    write_role = EDITOR
+    action_roles = {"silence": OPERATOR, "unsilence": OPERATOR}
+    serializer_class = AlertRuleSerializer
+    queryset = AlertRule.objects.select_related("pipeline").prefetch_related("channels")
+    lookup_field = "name"
+    lookup_value_regex = "[a-z0-9-]+"
+
+    def perform_create(self, serializer):
+        with transaction.atomic():
+            rule = serializer.save()
+            audit.record(
+                "alert-rule-create", user=self.request.user, before={},
+                after=audit.rule_snapshot(rule), pipeline=rule.pipeline,
+            )  # fmt: skip
+
+    def perform_update(self, serializer):
+        with transaction.atomic():
+            before = audit.rule_snapshot(serializer.instance)
+            rule = serializer.save()
+            audit.record(
+                "alert-rule-update", user=self.request.user, before=before,
+                after=audit.rule_snapshot(rule), pipeline=rule.pipeline,
+            )  # fmt: skip
+
+    def perform_destroy(self, rule):
+        with transaction.atomic():
+            audit.record(
+                "alert-rule-delete", user=self.request.user, before=audit.rule_snapshot(rule),
+                after={}, pipeline=rule.pipeline,
+            )  # fmt: skip
+            rule.delete()
+
+    @extend_schema(request=SilenceSerializer, responses={200: AlertRuleSerializer})
+    @action(detail=True, methods=["post"])
+    def silence(self, request, name=None) -> Response:
+        """Send nothing for this rule for `minutes` (its alerts still open and resolve)."""
+        body = SilenceSerializer(data=request.data or {})
+        body.is_valid(raise_exception=True)
+        return self._silence(
+            timezone.now() + timedelta(minutes=body.validated_data["minutes"]),
+            body.validated_data.get("reason", ""),
+            "alert-rule-silence",
+        )
+
+    @extend_schema(request=ControlSerializer, responses={200: AlertRuleSerializer})
+    @action(detail=True, methods=["post"])
+    def unsilence(self, request, name=None) -> Response:
+        """End a silence now."""
+        body = ControlSerializer(data=request.data or {})
+        body.is_valid(raise_exception=True)
+        return self._silence(None, body.validated_data.get("reason", ""), "alert-rule-unsilence")
+
+    def _silence(self, until, reason: str, what: str) -> Response:
+        with transaction.atomic():
+            rule = AlertRule.objects.select_for_update().get(pk=self.get_object().pk)
+            before = audit.rule_snapshot(rule)
+            rule.silenced_until, rule.silence_reason = until, reason if until else ""
+            rule.save(update_fields=["silenced_until", "silence_reason"])
+            audit.record(
+                what, user=self.request.user, before=before, after=audit.rule_snapshot(rule),
+                pipeline=rule.pipeline, reason=reason,
+            )  # fmt: skip
+        return Response(self.get_serializer(rule).data)
+
+
+class DeliverySerializer(serializers.ModelSerializer):
+    channel = serializers.CharField(source="channel.name")
+
+    class Meta:
+        model = AlertDelivery
+        fields = [
+            "channel", "event", "status", "attempts", "created_at", "sent_at", "next_try_at",
+            "last_error",
+        ]  # fmt: skip
+
+
+class AlertSerializer(serializers.ModelSerializer):
+    rule = serializers.CharField(source="rule.name")
+    kind = serializers.CharField(source="rule.kind")
+    acknowledged_by = serializers.SerializerMethodField()
+    deliveries = DeliverySerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Alert
+        fields = [
+            "id", "rule", "kind", "subject", "state", "message", "since", "fired_at",
+            "notified_at", "repeats", "resolved_at", "acknowledged_at", "acknowledged_by",
+            "deliveries",
+        ]  # fmt: skip
+
+    def get_acknowledged_by(self, alert: Alert) -> str | None:
+        user = alert.acknowledged_by
+        return user.get_username() if user else None
+
+
+class AlertViewSet(viewsets.ReadOnlyModelViewSet):
+    """Alerts, newest first, with every delivery attempt. `?state=open` (pending or firing),
+    `firing`, `resolved`...; `?pipeline=<name>`. Operators acknowledge a firing alert: no
+    more reminders (it still resolves, and says so)."""
+
+    action_roles = {"acknowledge": OPERATOR}
+    serializer_class = AlertSerializer
+
+    def get_queryset(self):
+        alerts = Alert.objects.select_related("rule", "acknowledged_by").prefetch_related(
+            "deliveries__channel"
+        )
+        state = self.request.query_params.get("state")
+        if state == "open":
+            alerts = alerts.filter(state__in=AlertState.open())
+        elif state:
+            alerts = alerts.filter(state=state)
+        if pipeline := self.request.query_params.get("pipeline"):
+            alerts = alerts.filter(pipeline__name=pipeline)
+        return alerts
+
+    @extend_schema(request=ControlSerializer, responses={200: AlertSerializer, 409: None})
+    @action(detail=True, methods=["post"])
+    def acknowledge(self, request, pk=None) -> Response:
+        body = ControlSerializer(data=request.data or {})
+        body.is_valid(raise_exception=True)
+        with transaction.atomic():
+            alert = Alert.objects.select_for_update().get(pk=self.get_object().pk)
+            if alert.state != AlertState.FIRING:
+                return Response(
+                    {
+                        "detail": f"alert {alert.pk} is {alert.state}: only a firing alert"
+                        " is acknowledged"
+                    },
+                    status=status.HTTP_409_CONFLICT,
+                )
+            before = audit.alert_snapshot(alert)
+            if alert.acknowledged_at is None:
+                alert.acknowledged_at, alert.acknowledged_by = timezone.now(), request.user
+                alert.save(update_fields=["acknowledged_at", "acknowledged_by"])
+                audit.record(
+                    "alert-acknowledge", user=request.user, before=before,
+                    after=audit.alert_snapshot(alert), pipeline=alert.pipeline,
+                    reason=body.validated_data.get("reason", ""),
+                )  # fmt: skip
+        return Response(self.get_serializer(alert).data)
