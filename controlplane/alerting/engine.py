@@ -189,3 +189,29 @@ def _control_plane_facts() -> rules.ControlPlaneFacts:
     tick = ReconcilerState.objects.filter(id=1).values_list("last_tick_at", flat=True).first()
     collected = PipelineFigures.objects.aggregate(at=Max("collected_at"))["at"]
     return rules.ControlPlaneFacts(last_tick_at=tick, last_collected_at=collected)
+
+
+class AlertFigures:
+    """A prometheus_client collector: the open alerts (`cp_alert_firing`, 1 per firing alert,
+    labelled by rule and subject) and deliveries that failed for good."""
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        from .models import DeliveryStatus
+
+        firing = GaugeMetricFamily(
+            "cp_alert_firing", "1 for each firing alert", labels=["acknowledged", "rule", "subject"]
+        )
+        for rule, subject, acked in Alert.objects.filter(state=AlertState.FIRING).values_list(
+            "rule__name", "subject", "acknowledged_at"
+        ):
+            firing.add_metric(["true" if acked else "false", rule, subject], 1.0)
+        failed = CounterMetricFamily(
+            "cp_alert_deliveries_failed", "alert deliveries given up after every attempt"
+        )
+        failed.add_metric(
+            [], float(AlertDelivery.objects.filter(status=DeliveryStatus.FAILED).count())
+        )
+        yield firing
+        yield failed

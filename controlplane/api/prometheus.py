@@ -1,6 +1,6 @@
 """/metrics: Prometheus' text exposition of what the control plane stored (the metrics
-collector's figures, applications: controlplane.observability.prometheus) and of its hosts
-(controlplane.supervision.hosts.HostFigures).
+collector's figures, applications: controlplane.observability.prometheus), of its hosts
+(controlplane.supervision.hosts.HostFigures) and of its alerts (alerting.engine.AlertFigures).
 
 Scraped with an API token (Prometheus: `authorization: {type: Token, credentials: cpt_...}`).
 """
@@ -14,6 +14,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from rest_framework.decorators import api_view, renderer_classes
 from rest_framework.renderers import BaseRenderer
 
+from controlplane.alerting.engine import AlertFigures
 from controlplane.observability.prometheus import exposition
 from controlplane.supervision.hosts import HostFigures
 
@@ -31,4 +32,6 @@ class PrometheusRenderer(BaseRenderer):
 @renderer_classes([PrometheusRenderer])
 def prometheus_metrics(request) -> HttpResponse:
     now = timezone.now()
-    return HttpResponse(exposition(now, HostFigures(now)), content_type=CONTENT_TYPE_PLAIN_0_0_4)
+    return HttpResponse(
+        exposition(now, HostFigures(now), AlertFigures()), content_type=CONTENT_TYPE_PLAIN_0_0_4
+    )

@@ -152,3 +152,10 @@ def test_only_a_firing_alert_is_acknowledged(operator, pipeline):
     assert response.json()["detail"] == (
         f"alert {alert.pk} is resolved: only a firing alert is acknowledged"
     )
+
+
+def test_firing_alerts_are_scraped_by_prometheus(api, pipeline):
+    failing_alert()
+    text = api.get("/metrics").content.decode()
+    assert 'cp_alert_firing{acknowledged="false",rule="gave-up",subject="orders"} 1.0' in text
+    assert "cp_alert_deliveries_failed_total 0.0" in text
