@@ -83,6 +83,20 @@ def facts(**kw) -> Facts:
             None,
         ),
         ("no-commit", {"minutes": 5}, facts(last_commit_at=ago(minutes=1)), None),
+        (
+            "data-loss",
+            {"below": 900},
+            facts(data_loss_seconds=600),
+            "unread records may be deleted by retention in 10 min (below 900 s)",
+        ),
+        (
+            "data-loss",
+            {"below": 900},
+            facts(data_loss_seconds=0),
+            "unread records are past the topic's retention: they may be deleted now",
+        ),
+        ("data-loss", {"below": 900}, facts(data_loss_seconds=1200), None),
+        ("data-loss", {"below": 900}, facts(), None),
     ],
 )
 def test_each_kind_says_why_it_holds(kind, params, given, expected):

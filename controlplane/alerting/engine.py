@@ -152,7 +152,7 @@ def _pipeline_facts(now: datetime, enabled: list[AlertRule]) -> dict[int, tuple[
     figures = {
         f.pipeline_id: f
         for f in PipelineFigures.objects.only(
-            "pipeline_id", "lag_records", "lag_seconds", "backpressure"
+            "pipeline_id", "lag_records", "lag_seconds", "backpressure", "data_loss_seconds"
         )
     }
     latest_run = {}
@@ -179,6 +179,7 @@ def _pipeline_facts(now: datetime, enabled: list[AlertRule]) -> dict[int, tuple[
                 last_commit_at=run.last_batch_at if run else None,
                 started_at=run.started_at if run else None,
                 backing_off_since=latest_failure.get(pipeline_id),
+                data_loss_seconds=stored.data_loss_seconds if stored else None,
                 failures_at=failures.get(pipeline_id, []),
             ),
         )

@@ -21,6 +21,10 @@ KINDS: dict[str, tuple[tuple[str, ...], str]] = {
     "lag-records": (("above",), "lag in records above a threshold (for the rule's `for` time)"),
     "backpressure-high": ((), "backpressure high (for the rule's `for` time)"),
     "no-commit": (("minutes",), "wanted running, and no batch committed for N minutes"),
+    "data-loss": (
+        ("below",),
+        "Kafka's retention may delete unread records within BELOW seconds",
+    ),
     "control-plane": (
         ("minutes",),
         "the control plane's reconcile tick or metrics collector has not run for N minutes",
@@ -41,6 +45,7 @@ class Facts:
     last_commit_at: datetime | None = None
     started_at: datetime | None = None  # the current run's start, if any
     backing_off_since: datetime | None = None
+    data_loss_seconds: float | None = None
     failures_at: list[datetime] = field(default_factory=list)  # recent failures' times
 
 
@@ -116,6 +121,16 @@ def holds(kind: str, params: dict, facts: Facts, now: datetime) -> str | None:
                 else "no batch committed since the start"
             )
             return f"{what} for {_minutes(now - since)} (more than {params['minutes']:g} min)"
+        return None
+    if kind == "data-loss":
+        left = facts.data_loss_seconds
+        if left is not None and left < params["below"]:
+            if left <= 0:
+                return "unread records are past the topic's retention: they may be deleted now"
+            return (
+                f"unread records may be deleted by retention in {_minutes(timedelta(seconds=left))}"
+                f" (below {params['below']:g} s)"
+            )
         return None
     raise ValueError(f"not a pipeline rule: {kind}")
 

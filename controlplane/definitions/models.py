@@ -457,6 +457,9 @@ class PipelineFigures(models.Model):
     lag_status = models.CharField(max_length=16, blank=True)
     lag_error = models.TextField(blank=True)
     backpressure = models.CharField(max_length=16, blank=True)
+    # How long until Kafka's retention may delete records it has not read (None: nothing
+    # unread under time-based retention).
+    data_loss_seconds = models.FloatField(null=True, blank=True)
     # Where a pipeline that has committed nothing yet starts reading ({topic: {partition:
     # offset}}), as first resolved: its lag counts from there, not from the topic's start.
     start_offsets = models.JSONField(null=True, blank=True)

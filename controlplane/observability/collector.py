@@ -79,6 +79,7 @@ def _round(now: datetime) -> dict:
                 lag_status=lag.get("status") or "",
                 lag_error=lag.get("error") or "",
                 backpressure=result.figures["backpressure"]["level"],
+                data_loss_seconds=(lag.get("data_loss") or {}).get("seconds"),
                 start_offsets=_nested(start) if start else None,
             )
         )
@@ -118,6 +119,7 @@ def _store(samples: list[LagSample], rows: list[PipelineFigures]) -> None:
                 "lag_status",
                 "lag_error",
                 "backpressure",
+                "data_loss_seconds",
                 "start_offsets",
             ],
         )

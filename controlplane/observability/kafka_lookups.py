@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 
 from jobs.kafka.metadata import log_bounds, metadata_consumer, record_time
 
@@ -23,6 +24,9 @@ log = logging.getLogger("controlplane.metrics")
 IDLE_PER_CLUSTER = 4
 _idle: dict[str, list] = {}
 _lock = threading.Lock()
+# Topics' retention.ms, per cluster: topic settings change rarely, so asked every 5 minutes.
+RETENTION_MAX_AGE = 300.0
+_retention: dict[tuple[str, str], tuple[float, int | None]] = {}
 
 
 def _key(config: dict) -> str:
@@ -81,3 +85,43 @@ class KafkaLookups:
         if key not in self._times:
             self._times[key] = record_time(consumer, tp, offset, end)
         return self._times[key]
+
+
+def retention_ms(config: dict, topics: list[str]) -> dict[str, int | None]:
+    """Each topic's `retention.ms` (None: kept forever, or not known: the broker did not
+    say), asked of the cluster at most every RETENTION_MAX_AGE seconds. Never raises."""
+    now = time.monotonic()
+    key = _key(config)
+    out, missing = {}, []
+    for topic in topics:
+        cached = _retention.get((key, topic))
+        if cached is not None and now - cached[0] < RETENTION_MAX_AGE:
+            out[topic] = cached[1]
+        else:
+            missing.append(topic)
+    if not missing:
+        return out
+    try:
+        from kafka import KafkaAdminClient
+        from kafka.admin import ConfigResource, ConfigResourceType
+
+        allowed = {k: v for k, v in config.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
+        admin = KafkaAdminClient(**allowed)
+        try:
+            answer = admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, t) for t in missing],
+                config_filter="all",
+            )
+        finally:
+            admin.close()
+        described = answer.get("topic", {}) if isinstance(answer, dict) else {}
+        for topic in missing:
+            value = (described.get(topic) or {}).get("retention.ms", {}).get("value")
+            ms = int(value) if value not in (None, "") else None
+            out[topic] = ms if ms is not None and ms >= 0 else None
+            _retention[(key, topic)] = (now, out[topic])
+    except Exception as exc:  # a figure we cannot give, not an error of the round
+        log.warning("no retention settings from Kafka: %s", exc)
+        for topic in missing:
+            out[topic] = None
+    return out

@@ -174,3 +174,27 @@ def _slope(points: Sequence[tuple[float, float]]) -> float | None:
     if var == 0:
         return None
     return sum((x - mean_x) * (y - mean_y) for x, y in points) / var
+
+
+def time_until_loss(
+    oldest_unread_ms: dict[tuple[str, int], int], retention: dict[str, int | None], now_ms: int
+) -> dict | None:
+    """How long until Kafka's retention may delete records the pipeline has not read yet:
+    for each partition with unread records, the time of its oldest unread record plus its
+    topic's retention.ms, minus now (Kafka deletes a segment once its newest record is that
+    old, so this is the earliest it can happen). The soonest partition, or None when nothing
+    unread is under time-based retention."""
+    soonest = None
+    for (topic, partition), at in oldest_unread_ms.items():
+        keep = retention.get(topic)
+        if keep is None:
+            continue
+        seconds = max(0.0, (at + keep - now_ms) / 1000)
+        if soonest is None or seconds < soonest["seconds"]:
+            soonest = {
+                "seconds": round(seconds, 1),
+                "topic": topic,
+                "partition": partition,
+                "retention_ms": keep,
+            }
+    return soonest

@@ -41,7 +41,14 @@ from controlplane.definitions.models import (
     RunState,
 )
 from controlplane.observability.checkpoints import read_checkpoint
-from controlplane.observability.lag import Batch, Sample, backpressure, lag_status, partition_lags
+from controlplane.observability.lag import (
+    Batch,
+    Sample,
+    backpressure,
+    lag_status,
+    partition_lags,
+    time_until_loss,
+)
 from jobs.connections import kafka_client_config
 from jobs.kafka.offsets import flatten
 from jobs.spec.model import starting_timestamp_ms
@@ -525,6 +532,7 @@ def _cluster_lags(connection, pipelines, positions, now, lookups, starts) -> dic
         partitions_of = {t: sorted(consumer.partitions_for_topic(t) or ()) for t in topics}
         everything = sorted((t, n) for t in topics for n in partitions_of[t])
         earliest, ends = lookups.bounds(config, consumer, everything) if everything else ({}, {})
+        retention = kafka_lookups.retention_ms(config, topics)
         healthy = True
         for pipeline in pipelines:
             source = pipeline.spec["source"]
@@ -541,6 +549,7 @@ def _cluster_lags(connection, pipelines, positions, now, lookups, starts) -> dic
                 start = _start_offsets(pipeline, mine, earliest, ends, consumer, starts)
             lags = partition_lags(committed or start or {}, {tp: ends[tp] for tp in mine}, earliest)
             oldest = None
+            unread_since: dict[tuple[str, int], int] = {}
             for lag in lags:
                 if lag.lag > 0:
                     position = lag.committed
@@ -553,6 +562,8 @@ def _cluster_lags(connection, pipelines, positions, now, lookups, starts) -> dic
                         position,
                         lag.end,
                     )
+                    if found is not None:
+                        unread_since[(lag.topic, lag.partition)] = found[1]
                     if found is not None and (oldest is None or found[1] < oldest):
                         oldest = found[1]
             seconds = 0.0 if oldest is None else max(0.0, now.timestamp() - oldest / 1000)
@@ -563,6 +574,9 @@ def _cluster_lags(connection, pipelines, positions, now, lookups, starts) -> dic
                     "partitions": [lag.as_dict() for lag in lags],
                     "error": None,
                     "from": "committed" if committed else "start",
+                    "data_loss": time_until_loss(
+                        unread_since, retention, int(now.timestamp() * 1000)
+                    ),
                 },
                 start,
             )

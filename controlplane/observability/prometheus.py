@@ -36,6 +36,11 @@ FAMILIES = [
     ("cp_lag_seconds", "gauge", "age of the oldest record not yet processed"),
     ("cp_lag_status", "gauge", "1 for the lag status (ok, lagging, stalled, stopped)"),
     ("cp_partition_lag_records", "gauge", "records not yet committed, per Kafka partition"),
+    (
+        "cp_time_until_data_loss_seconds",
+        "gauge",
+        "time until Kafka's retention may delete records the pipeline has not read",
+    ),
     ("cp_backpressure_busy_ratio", "gauge", "batch duration / trigger interval, recent batches"),
     ("cp_backpressure_level", "gauge", "0 ok, 1 low, 2 high"),
     ("cp_input_rows_per_second", "gauge", "recent input rate"),
@@ -116,6 +121,8 @@ class StoredFigures:
             add("cp_lag_seconds", who, lag["seconds"])
             for status in LAG_STATUSES:
                 add("cp_lag_status", {**who, "status": status}, int(lag["status"] == status))
+            if lag.get("data_loss"):
+                add("cp_time_until_data_loss_seconds", who, lag["data_loss"]["seconds"])
             for p in lag["partitions"]:
                 labels = {**who, "topic": p["topic"], "partition": str(p["partition"])}
                 add("cp_partition_lag_records", labels, p["lag"])
