@@ -18,6 +18,7 @@ def rule_snapshot(rule: AlertRule | None) -> dict:
         "kind": rule.kind,
         "params": rule.params,
         "pipeline": rule.pipeline.name if rule.pipeline_id else None,
+        "label": rule.label,
         "for_seconds": rule.for_seconds,
         "repeat_seconds": rule.repeat_seconds,
         "channels": sorted(c.name for c in rule.channels.all()) if rule.pk else [],

@@ -62,8 +62,14 @@ def _subjects(rule: AlertRule, facts: dict, plane, now: datetime):
     if rule.kind == "control-plane":
         yield rules.CONTROL_PLANE, None, rules.control_plane_holds(rule.params, plane, now)
         return
-    for pipeline_id, (name, pipeline_facts) in facts.items():
+    wanted = None
+    if rule.label:
+        key, _, value = rule.label.replace("=", ":", 1).partition(":")
+        wanted = (key, value)
+    for pipeline_id, (name, pipeline_facts, labels) in facts.items():
         if rule.pipeline_id is not None and rule.pipeline_id != pipeline_id:
+            continue
+        if wanted is not None and labels.get(wanted[0]) != wanted[1]:
             continue
         yield name, pipeline_id, rules.holds(rule.kind, rule.params, pipeline_facts, now)
 
@@ -132,7 +138,9 @@ def _send(rule, alert, event: str, message: str, now: datetime, summary: dict) -
     )
 
 
-def _pipeline_facts(now: datetime, enabled: list[AlertRule]) -> dict[int, tuple[str, rules.Facts]]:
+def _pipeline_facts(
+    now: datetime, enabled: list[AlertRule]
+) -> dict[int, tuple[str, rules.Facts, dict]]:
     windows = [
         timedelta(minutes=r.params.get("minutes", 0))
         for r in enabled
@@ -163,8 +171,8 @@ def _pipeline_facts(now: datetime, enabled: list[AlertRule]) -> dict[int, tuple[
     ):
         latest_run[run.pipeline_id] = run
     out = {}
-    for pipeline_id, name, status, desired in Pipeline.objects.values_list(
-        "id", "name", "status", "desired_state"
+    for pipeline_id, name, status, desired, labels in Pipeline.objects.values_list(
+        "id", "name", "status", "desired_state", "labels"
     ):
         stored = figures.get(pipeline_id)
         run = latest_run.get(pipeline_id)
@@ -182,6 +190,7 @@ def _pipeline_facts(now: datetime, enabled: list[AlertRule]) -> dict[int, tuple[
                 data_loss_seconds=stored.data_loss_seconds if stored else None,
                 failures_at=failures.get(pipeline_id, []),
             ),
+            labels or {},
         )
     return out
 

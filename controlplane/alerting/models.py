@@ -60,6 +60,8 @@ class AlertRule(models.Model):
     pipeline = models.ForeignKey(
         Pipeline, null=True, blank=True, on_delete=models.CASCADE, related_name="alert_rules"
     )
+    # "name:value": only pipelines carrying that label (with `pipeline` empty).
+    label = models.CharField(max_length=130, blank=True, default="")
     for_seconds = models.PositiveIntegerField(default=0)
     repeat_seconds = models.PositiveIntegerField(default=1800, help_text="0: never repeat.")
     channels = models.ManyToManyField(AlertChannel, related_name="rules", blank=True)

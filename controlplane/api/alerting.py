@@ -25,6 +25,7 @@ from controlplane.alerting.models import (
     AlertState,
     ChannelKind,
 )
+from controlplane.definitions import services
 from controlplane.definitions.models import Pipeline
 
 from .serializers import ControlSerializer
@@ -129,7 +130,8 @@ class AlertRuleSerializer(serializers.ModelSerializer):
     class Meta:
         model = AlertRule
         fields = [
-            "name", "kind", "params", "pipeline", "for_seconds", "repeat_seconds", "channels",
+            "name", "kind", "params", "pipeline", "label", "for_seconds", "repeat_seconds",
+            "channels",
             "enabled", "silenced_until", "silence_reason", "created_at",
         ]  # fmt: skip
         read_only_fields = ["silenced_until", "silence_reason", "created_at"]
@@ -141,6 +143,11 @@ class AlertRuleSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError({"params": ["must be an object"]})
         if problem := rules.params_problem(kind, params):
             raise serializers.ValidationError({"params": [problem]})
+        if data.get("label"):
+            try:
+                services.parse_selector(data["label"])
+            except services.Invalid as exc:
+                raise serializers.ValidationError({"label": [exc.detail]}) from None
         if kind == "control-plane" and data.get("pipeline"):
             raise serializers.ValidationError(
                 {"pipeline": ["a control-plane rule is about the control plane, not a pipeline"]}

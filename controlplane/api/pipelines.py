@@ -22,6 +22,7 @@ from jobs.spec import SpecError
 
 from .serializers import (
     AuditEntrySerializer,
+    BulkSerializer,
     ControlSerializer,
     FailureSerializer,
     PipelineSerializer,
@@ -63,6 +64,7 @@ class PipelineViewSet(viewsets.ModelViewSet):
             "restart_now",
             "reset_restarts",
             "rollback",
+            "bulk",
         )
     }
 
@@ -70,6 +72,57 @@ class PipelineViewSet(viewsets.ModelViewSet):
     serializer_class = PipelineSerializer
     lookup_field = "name"
     lookup_value_regex = "[a-z0-9-]+"
+
+    def get_queryset(self):
+        """`?label=team:payments` (repeatable): pipelines carrying every one of them."""
+        pipelines = Pipeline.objects.all()
+        if self.action == "list":
+            for selector in self.request.query_params.getlist("label"):
+                try:
+                    key, value = services.parse_selector(selector)
+                except services.Invalid as exc:
+                    raise ValidationError(exc.as_dict()) from None
+                pipelines = pipelines.filter(labels__contains={key: value})
+        return pipelines
+
+    @extend_schema(request=BulkSerializer, responses={200: None})
+    @action(detail=False, methods=["post"])
+    def bulk(self, request) -> Response:
+        """One on-call action (`start`, `stop`, `restart`, `suspend`, `resume`) for every
+        pipeline named and/or carrying all the `labels`, with one reason; each is audited as
+        if done alone. Answers which were done and which refused, and why."""
+        body = BulkSerializer(data=request.data or {})
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        pipelines = Pipeline.objects.all()
+        for selector in data.get("labels", []):
+            try:
+                key, value = services.parse_selector(selector)
+            except services.Invalid as exc:
+                raise ValidationError({"labels": [exc.detail]}) from None
+            pipelines = pipelines.filter(labels__contains={key: value})
+        if data.get("names"):
+            pipelines = pipelines.filter(name__in=data["names"])
+            unknown = sorted(set(data["names"]) - set(pipelines.values_list("name", flat=True)))
+            if unknown:
+                raise ValidationError({"names": [f"no pipeline named {', '.join(unknown)}"]})
+        done, refused = [], {}
+        now = timezone.now()
+        for pipeline in pipelines.order_by("name"):
+            try:
+                controls.act(
+                    pipeline,
+                    data["action"],
+                    user=request.user,
+                    reason=data.get("reason", ""),
+                    now=now,
+                )
+            except controls.NotApplicable as exc:
+                refused[pipeline.name] = str(exc)
+                continue
+            done.append(pipeline.name)
+            transaction.on_commit(lambda pk=pipeline.pk: tasks.nudge(pk))
+        return Response({"action": data["action"], "done": done, "refused": refused})
 
     def perform_create(self, serializer: PipelineSerializer) -> None:
         data = serializer.validated_data
@@ -80,6 +133,7 @@ class PipelineViewSet(viewsets.ModelViewSet):
                 description=data.get("description", ""),
                 desired_state=data.get("desired_state", "stopped"),
                 placement=data.get("placement", DEDICATED),
+                labels=data.get("labels"),
                 user=self.request.user,
             )
         except SpecError as exc:
@@ -108,6 +162,7 @@ class PipelineViewSet(viewsets.ModelViewSet):
                 desired_state=data["desired_state"] if "desired_state" in request.data else None,
                 expected_version=data.get("version"),
                 placement=data.get("placement"),
+                labels=data.get("labels"),
             )
         except SpecError as exc:
             raise ValidationError(exc.as_dict("spec.")) from None

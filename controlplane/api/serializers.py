@@ -49,6 +49,11 @@ class PipelineSerializer(serializers.ModelSerializer):
     application = serializers.SerializerMethodField(
         help_text="The shared application its current run is placed in (null: none)."
     )
+    labels = serializers.JSONField(
+        required=False,
+        help_text='Labels, e.g. {"team": "payments", "domain": "orders"}: the overview,'
+        " bulk actions and alert rules select pipelines by them.",
+    )
     last_failure = serializers.SerializerMethodField()
 
     class Meta:
@@ -61,6 +66,7 @@ class PipelineSerializer(serializers.ModelSerializer):
             "version",
             "desired_state",
             "placement",
+            "labels",
             "application",
             "status",
             "status_message",
@@ -136,6 +142,31 @@ class ControlSerializer(serializers.Serializer):
     """The body of an on-call action: why (kept in the audit log). Optional."""
 
     reason = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+
+
+BULK_ACTIONS = ["start", "stop", "restart", "suspend", "resume"]
+
+
+class BulkSerializer(ControlSerializer):
+    """One on-call action for many pipelines: by name, or every pipeline with the labels."""
+
+    action = serializers.ChoiceField(choices=BULK_ACTIONS)
+    names = serializers.ListField(
+        child=serializers.CharField(max_length=63), required=False, max_length=1000
+    )
+    labels = serializers.ListField(
+        child=serializers.CharField(max_length=130),
+        required=False,
+        max_length=20,
+        help_text="name:value selectors; a pipeline must carry all of them.",
+    )
+
+    def validate(self, data):
+        if not data.get("names") and not data.get("labels"):
+            raise serializers.ValidationError(
+                {"non_field_errors": ["say which pipelines: names, or labels, or both"]}
+            )
+        return data
 
 
 class RollbackSerializer(ControlSerializer):

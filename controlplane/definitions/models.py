@@ -132,6 +132,9 @@ class Pipeline(models.Model):
     # Where its query runs: its own Spark application ("dedicated"), a shared one by name, or
     # any shared one with room ("auto").
     placement = models.CharField(max_length=63, default=DEDICATED)
+    # Labels (team, domain, ...): {"team": "payments"}. The overview filters by them, bulk
+    # actions and alert rules select pipelines by them.
+    labels = models.JSONField(default=dict, blank=True)
     # The control-plane host its next dedicated driver was sent to (and when): counted as
     # that host's until the run exists there, or the placement is older than a minute.
     placed_host = models.CharField(max_length=255, blank=True, editable=False)

@@ -7,6 +7,7 @@ second gets a conflict and re-reads.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -46,6 +47,42 @@ class Invalid(ValueError):
     def as_dict(self) -> dict:
         detail = [self.detail] if isinstance(self.detail, str) else self.detail
         return {self.field: detail}
+
+
+LABEL_KEY = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+LABEL_VALUE = re.compile(r"^[A-Za-z0-9_.-]{0,63}$")
+MAX_LABELS = 20
+# Names the API's routes take for themselves (POST /api/pipelines/bulk/).
+RESERVED_NAMES = {"bulk"}
+
+
+def labels_problem(labels: Any) -> str | dict | None:
+    """Why these labels are refused (a message, or messages by key), or None."""
+    if not isinstance(labels, dict):
+        return 'must be an object of names to values, e.g. {"team": "payments"}'
+    if len(labels) > MAX_LABELS:
+        return f"at most {MAX_LABELS} labels"
+    problems = {}
+    for key, value in labels.items():
+        if not LABEL_KEY.match(key):
+            problems[key] = (
+                "a label's name is 1-63 lower-case letters, digits, '_', '.' or '-',"
+                " starting with a letter or digit"
+            )
+        elif not isinstance(value, str) or not LABEL_VALUE.match(value):
+            problems[key] = "a label's value is a string of up to 63 letters, digits, '_', '.', '-'"
+    return problems or None
+
+
+def parse_selector(selector: str) -> tuple[str, str]:
+    """`name:value` (or `name=value`) as (name, value); raises Invalid("label", ...)."""
+    for separator in (":", "="):
+        if separator in selector:
+            key, value = selector.split(separator, 1)
+            if LABEL_KEY.match(key) and LABEL_VALUE.match(value):
+                return key, value
+            break
+    raise Invalid("label", f"{selector!r} is not name:value (e.g. team:payments)")
 
 
 def placement_problem(placement: str) -> str | None:
@@ -107,12 +144,18 @@ def create_pipeline(
     description: str = "",
     desired_state: str = "stopped",
     placement: str = DEDICATED,
+    labels: dict | None = None,
 ) -> Pipeline:
-    """Raises SpecError (the spec), Invalid (the placement) or Conflict (the name)."""
+    """Raises SpecError (the spec), Invalid (the placement, the labels) or Conflict (the
+    name)."""
+    if name in RESERVED_NAMES:
+        raise Invalid("name", f"{name!r} is reserved (the API's /api/pipelines/{name}/)")
     spec = validate(spec_data)
     canonical = spec.to_dict()
     if problem := placement_problem(placement):
         raise Invalid("placement", problem)
+    if problem := labels_problem(labels or {}):
+        raise Invalid("labels", problem)
     try:
         with transaction.atomic():
             pipeline = Pipeline.objects.create(
@@ -122,6 +165,7 @@ def create_pipeline(
                 version=1,
                 desired_state=desired_state,
                 placement=placement,
+                labels=labels or {},
                 created_by=user,
                 updated_by=user,
             )
@@ -152,6 +196,7 @@ def update_pipeline(
     desired_state: str | None = None,
     expected_version: int | None = None,
     placement: str | None = None,
+    labels: dict | None = None,
     action: str = "update",
     reason: str = "",
 ) -> Pipeline:
@@ -165,6 +210,8 @@ def update_pipeline(
     spec = validate(spec_data) if spec_data is not None else None
     if placement is not None and (problem := placement_problem(placement)):
         raise Invalid("placement", problem)
+    if labels is not None and (problem := labels_problem(labels)):
+        raise Invalid("labels", problem)
     with transaction.atomic():
         current = Pipeline.objects.select_for_update().get(pk=pipeline.pk)
         before = audit.definition_snapshot(current)
@@ -181,6 +228,8 @@ def update_pipeline(
         if placement is not None and placement != current.placement:
             _check_placement(placement)
             changes["placement"] = placement
+        if labels is not None and labels != current.labels:
+            changes["labels"] = labels
         new_version = current.version
         if spec is not None and spec.to_dict() != current.spec:
             new_version = current.version + 1

@@ -103,6 +103,7 @@ def rows(
     sort: str = "severity",
     page: int = 1,
     page_size: int = PAGE_SIZE,
+    labels: list[tuple[str, str]] = (),
 ) -> Page:
     """One page of the overview from the figures the metrics collector stored: every
     pipeline classified and sorted from a few stored columns (one query), then the full
@@ -121,7 +122,10 @@ def rows(
         "figures__lag_status",
         "figures__lag_error",
         "figures__backpressure",
+        "labels",
     )
+    for key, value in labels:
+        pipelines = pipelines.filter(labels__contains={key: value})
     everything = []
     for pipeline in pipelines.order_by("name"):
         stored = getattr(pipeline, "figures", None)

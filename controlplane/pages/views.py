@@ -50,8 +50,15 @@ def _overview_context(request) -> dict:
     except ValueError:
         page = 1
     query = request.GET.get("q", "")[:100]
+    label = request.GET.get("label", "").strip()[:130]
+    selectors, label_error = [], ""
+    if label:
+        try:
+            selectors = [services.parse_selector(label)]
+        except services.Invalid as exc:
+            label_error = exc.detail
     now = timezone.now()
-    found = overview.rows(now, query=query, show=show, sort=sort, page=page)
+    found = overview.rows(now, query=query, show=show, sort=sort, page=page, labels=selectors)
     return {
         "rows": found.rows,
         "page": found,
@@ -59,6 +66,8 @@ def _overview_context(request) -> dict:
         "sort": sort,
         "sorts": {key: label for key, (label, _) in overview.SORTS.items()},
         "q": query,
+        "label": label,
+        "label_error": label_error,
         "filters": list(overview.FILTERS),
         "now": now,
         "problems": found.problems,

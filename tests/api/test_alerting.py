@@ -159,3 +159,22 @@ def test_firing_alerts_are_scraped_by_prometheus(api, pipeline):
     text = api.get("/metrics").content.decode()
     assert 'cp_alert_firing{acknowledged="false",rule="gave-up",subject="orders"} 1.0' in text
     assert "cp_alert_deliveries_failed_total 0.0" in text
+
+
+def test_a_rule_for_a_label_watches_only_the_pipelines_carrying_it(api, pipeline):
+    from tests.factories import valid_spec
+
+    body = {"name": "pay", "spec": valid_spec(), "labels": {"team": "payments"}}
+    assert api.post("/api/pipelines/", body, format="json").status_code == 201
+    Pipeline.objects.update(status="failed")  # orders and pay both gave up
+    response = api.post(
+        "/api/alert-rules/", {"name": "payments", "kind": "gave-up", "label": "team:payments"},
+        format="json",
+    )  # fmt: skip
+    assert response.status_code == 201, response.json()
+    engine.evaluate(timezone.now())
+    assert list(Alert.objects.values_list("subject", flat=True)) == ["pay"]
+    response = api.post(
+        "/api/alert-rules/", {"name": "bad", "kind": "gave-up", "label": "team"}, format="json"
+    )
+    assert response.json() == {"label": ["'team' is not name:value (e.g. team:payments)"]}

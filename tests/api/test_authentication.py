@@ -29,6 +29,7 @@ ENDPOINTS = {
     "pipeline-restart-now": ({"name": "x"}, ["post"]),
     "pipeline-reset-restarts": ({"name": "x"}, ["post"]),
     "pipeline-rollback": ({"name": "x"}, ["post"]),
+    "pipeline-bulk": ({}, ["post"]),
     "pipeline-runs": ({"name": "x"}, ["get"]),
     "pipeline-failures": ({"name": "x"}, ["get"]),
     "pipeline-metrics": ({"name": "x"}, ["get"]),
@@ -128,6 +129,7 @@ OPERATOR_ACTIONS = {
     "pipeline-restart-now",
     "pipeline-reset-restarts",
     "pipeline-rollback",  # brings back a spec that was accepted, checked again
+    "pipeline-bulk",
     "connection-test",
     "application-start",
     "application-stop",
