@@ -27,8 +27,8 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
-from controlplane.observability.checkpoints import read_checkpoint
 from controlplane.supervision.restarts import classify
+from jobs.checkpoints import read_checkpoint
 from jobs.kafka.group_commit import GroupCommitter, mirror
 from jobs.pipeline import RunConfig, start_query
 from jobs.reporting import ProgressPoller

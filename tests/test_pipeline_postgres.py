@@ -8,7 +8,7 @@ import uuid
 import psycopg
 import pytest
 
-from controlplane.observability.checkpoints import read_checkpoint
+from jobs.checkpoints import read_checkpoint
 from jobs.pipeline import RunConfig, shuffles, start_query, stream_id
 from jobs.sinks.jvm_writer import WRITER_CONF
 from jobs.sinks.postgres import PostgresSink

@@ -135,6 +135,9 @@ class Pipeline(models.Model):
     # Labels (team, domain, ...): {"team": "payments"}. The overview filters by them, bulk
     # actions and alert rules select pipelines by them.
     labels = models.JSONField(default=dict, blank=True)
+    # Offsets an operator reset it to ({topic: {partition: offset}}): where its next run
+    # starts, in a new checkpoint; cleared once that checkpoint holds them.
+    offsets_reset = models.JSONField(null=True, blank=True, editable=False)
     # The control-plane host its next dedicated driver was sent to (and when): counted as
     # that host's until the run exists there, or the placement is older than a minute.
     placed_host = models.CharField(max_length=255, blank=True, editable=False)

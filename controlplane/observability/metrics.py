@@ -40,7 +40,6 @@ from controlplane.definitions.models import (
     Run,
     RunState,
 )
-from controlplane.observability.checkpoints import read_checkpoint
 from controlplane.observability.lag import (
     Batch,
     Sample,
@@ -49,6 +48,7 @@ from controlplane.observability.lag import (
     partition_lags,
     time_until_loss,
 )
+from jobs.checkpoints import read_checkpoint
 from jobs.connections import kafka_client_config
 from jobs.kafka.offsets import flatten
 from jobs.spec.model import starting_timestamp_ms
@@ -599,6 +599,9 @@ def _start_offsets(pipeline, partitions, earliest, ends, consumer, starts) -> di
     written = initial_offsets(checkpoint_path(pipeline))
     if written:
         return {tp: written.get(tp, earliest.get(tp, 0)) for tp in partitions}
+    if pipeline.offsets_reset:  # an operator's reset: where the next run starts
+        reset = flatten(pipeline.offsets_reset)
+        return {tp: reset.get(tp, earliest.get(tp, 0)) for tp in partitions}
     known = flatten(starts.get(pipeline.pk) or {})
     if known and all(tp in known for tp in partitions):
         return {tp: known[tp] for tp in partitions}

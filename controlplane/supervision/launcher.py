@@ -37,6 +37,8 @@ from jobs.files import write_private
 from jobs.jvm import driver_conf, spark_jars
 from jobs.supervise import write_json
 
+from . import offsets
+
 JOB_SCRIPT = Path(settings.BASE_DIR) / "jobs" / "run.py"
 HOST_SCRIPT = Path(settings.BASE_DIR) / "jobs" / "host.py"
 # Under the runs root, beside the pipelines' directories (whose names have no underscore).
@@ -114,6 +116,10 @@ def spark_submit() -> str:
 
 def run_config(pipeline: Pipeline, run: Run, run_dir: Path, token: str) -> dict:
     spec = pipeline.spec
+    reset = offsets.start_offsets_for_launch(pipeline)
+    if reset:
+        # An operator reset its offsets: the new checkpoint starts there.
+        spec = {**spec, "source": {**spec["source"], "starting_offsets": reset}}
     source = pipeline.connections.get(name=spec["source"]["connection"])
     sink = pipeline.connections.get(name=spec["sink"]["connection"])
     return {
