@@ -17,7 +17,7 @@ from controlplane.accounts.roles import OPERATOR
 from controlplane.definitions import services
 from controlplane.definitions.models import DEDICATED, AuditEntry, Pipeline
 from controlplane.observability import metrics
-from controlplane.supervision import controls, tasks
+from controlplane.supervision import controls, offsets, tasks
 from jobs.spec import SpecError
 
 from .serializers import (
@@ -25,6 +25,7 @@ from .serializers import (
     BulkSerializer,
     ControlSerializer,
     FailureSerializer,
+    OffsetsResetSerializer,
     PipelineSerializer,
     PipelineVersionSerializer,
     RollbackSerializer,
@@ -65,6 +66,7 @@ class PipelineViewSet(viewsets.ModelViewSet):
             "reset_restarts",
             "rollback",
             "bulk",
+            "offsets_reset",
         )
     }
 
@@ -276,6 +278,36 @@ class PipelineViewSet(viewsets.ModelViewSet):
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         transaction.on_commit(lambda: tasks.nudge(pipeline.pk))
         return Response(self.get_serializer(pipeline).data)
+
+    @extend_schema(responses={200: None})
+    @action(detail=True, methods=["get"])
+    def offsets(self, request, name: str | None = None) -> Response:
+        """What the pipeline's checkpoint committed, per partition (the next offset it reads),
+        and a reset waiting for its next run, if any."""
+        return Response(offsets.committed(self.get_object()))
+
+    @extend_schema(request=OffsetsResetSerializer, responses={200: None, 409: None})
+    @action(detail=True, methods=["post"], url_path="offsets/reset")
+    def offsets_reset(self, request, name: str | None = None) -> Response:
+        """Reset a stopped pipeline's offsets (refused, 409, while it is wanted running or
+        has a driver): its next run starts a new checkpoint at the offsets `to` resolves to
+        now; the current checkpoint is kept aside. Audited with the reason."""
+        pipeline = self.get_object()
+        body = OffsetsResetSerializer(data=request.data or {})
+        body.is_valid(raise_exception=True)
+        try:
+            done = offsets.reset(
+                pipeline,
+                body.validated_data["to"],
+                user=request.user,
+                reason=body.validated_data.get("reason", ""),
+                now=timezone.now(),
+            )
+        except offsets.BadTarget as exc:
+            raise ValidationError({"to": [str(exc)]}) from None
+        except offsets.Refused as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response(done)
 
     @extend_schema(responses=RunSerializer(many=True))
     @action(detail=True, methods=["get"], serializer_class=RunSerializer)

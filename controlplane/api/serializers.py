@@ -169,6 +169,13 @@ class BulkSerializer(ControlSerializer):
         return data
 
 
+class OffsetsResetSerializer(ControlSerializer):
+    to = serializers.JSONField(
+        help_text='"earliest", "latest", {"timestamp": "2026-11-23T10:00:00Z"} or'
+        ' {"offsets": {"<topic>": {"<partition>": <offset>}}}'
+    )
+
+
 class RollbackSerializer(ControlSerializer):
     """The body of a rollback: to which earlier version, and why."""
 

@@ -45,6 +45,8 @@ def nested(flat: dict[tuple[str, int], int]) -> dict[str, dict[str, int]]:
 def committed(pipeline: Pipeline) -> dict:
     """What the checkpoint committed (next offset to read, per partition), and any reset
     waiting for the next run."""
+    start_offsets_for_launch(pipeline)  # a reset its checkpoint holds now is done
+    pipeline.refresh_from_db(fields=["offsets_reset"])
     checkpoint = read_checkpoint(checkpoint_dir(pipeline), history=1, sizes=False)
     last = checkpoint.last_committed if checkpoint else None
     return {
@@ -90,12 +92,27 @@ def resolve(pipeline: Pipeline, to) -> dict[str, dict[str, int]]:
             )
         if isinstance(to, dict) and "offsets" in to:
             return nested(_explicit(to["offsets"], partitions, earliest, ends))
-        raise BadTarget(
-            'must be "earliest", "latest", {"timestamp": "<ISO 8601 time>"} or'
-            ' {"offsets": {"<topic>": {"<partition>": <offset>}}}'
-        )
+        raise BadTarget(FORMS)
     finally:
         consumer.close()
+
+
+FORMS = (
+    'must be "earliest", "latest", {"timestamp": "<ISO 8601 time>"} or'
+    ' {"offsets": {"<topic>": {"<partition>": <offset>}}}'
+)
+
+
+def check_target(to) -> None:
+    """Raises BadTarget unless `to` has one of the forms (before anything is asked of Kafka)."""
+    if to in ("earliest", "latest"):
+        return
+    if isinstance(to, dict) and set(to) == {"timestamp"}:
+        _timestamp_ms(to["timestamp"])
+        return
+    if isinstance(to, dict) and set(to) == {"offsets"} and isinstance(to["offsets"], dict):
+        return
+    raise BadTarget(FORMS)
 
 
 def _timestamp_ms(value) -> int:
@@ -140,6 +157,7 @@ def _explicit(given, partitions, earliest, ends) -> dict[tuple[str, int], int]:
 def reset(pipeline: Pipeline, to, *, user, reason: str, now: datetime) -> dict:
     """Reset the stopped pipeline's offsets (audited); returns the new start offsets and
     where the old checkpoint was kept."""
+    check_target(to)
     with transaction.atomic():
         locked = Pipeline.objects.select_for_update().get(pk=pipeline.pk)
         if locked.desired_state == DesiredState.RUNNING:

@@ -30,6 +30,8 @@ ENDPOINTS = {
     "pipeline-reset-restarts": ({"name": "x"}, ["post"]),
     "pipeline-rollback": ({"name": "x"}, ["post"]),
     "pipeline-bulk": ({}, ["post"]),
+    "pipeline-offsets": ({"name": "x"}, ["get"]),
+    "pipeline-offsets-reset": ({"name": "x"}, ["post"]),
     "pipeline-runs": ({"name": "x"}, ["get"]),
     "pipeline-failures": ({"name": "x"}, ["get"]),
     "pipeline-metrics": ({"name": "x"}, ["get"]),
@@ -130,6 +132,7 @@ OPERATOR_ACTIONS = {
     "pipeline-reset-restarts",
     "pipeline-rollback",  # brings back a spec that was accepted, checked again
     "pipeline-bulk",
+    "pipeline-offsets-reset",
     "connection-test",
     "application-start",
     "application-stop",
