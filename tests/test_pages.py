@@ -25,6 +25,9 @@ PAGES = {  # name: (url kwargs, method, role)
     "pipeline-control": ({"name": "orders", "action": "restart"}, "post", "operator"),
     "pipeline-rollback": ({"name": "orders"}, "post", "operator"),
     "connections": ({}, "get", "viewer"),
+    "alerts": ({}, "get", "viewer"),
+    "alert-acknowledge": ({"alert_id": 1}, "post", "operator"),
+    "alert-rule-silence": ({"name": "gave-up"}, "post", "operator"),
     "applications": ({}, "get", "viewer"),
     "application": ({"name": "shared"}, "get", "viewer"),
     "application-control": ({"name": "shared", "action": "start"}, "post", "operator"),
@@ -67,9 +70,16 @@ ROLE_ORDER = [None, "viewer", "operator", "editor", "admin"]
 def test_every_page_sends_strangers_to_the_login_and_checks_the_role(
     django_user_model, pipeline, name
 ):
+    from django.utils import timezone
+
+    from controlplane.alerting.models import Alert, AlertRule
     from controlplane.definitions.models import SparkApplication
 
     SparkApplication.objects.create(name="shared")
+    rule = AlertRule.objects.create(name="gave-up", kind="gave-up")
+    Alert.objects.create(
+        id=1, rule=rule, subject="orders", state="firing", message="m", since=timezone.now()
+    )
     kwargs, method, needed = PAGES[name]
     url = reverse(name, kwargs=kwargs)
     confirm = kwargs.get("name", "")

@@ -16,7 +16,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from controlplane.accounts.roles import ADMIN, EDITOR, OPERATOR
-from controlplane.alerting import audit, rules
+from controlplane.alerting import actions, audit, rules
 from controlplane.alerting.models import (
     Alert,
     AlertChannel,
@@ -205,7 +205,6 @@ class AlertRuleViewSet(viewsets.ModelViewSet):
         return self._silence(
             timezone.now() + timedelta(minutes=body.validated_data["minutes"]),
             body.validated_data.get("reason", ""),
-            "alert-rule-silence",
         )
 
     @extend_schema(request=ControlSerializer, responses={200: AlertRuleSerializer})
@@ -214,18 +213,10 @@ class AlertRuleViewSet(viewsets.ModelViewSet):
         """End a silence now."""
         body = ControlSerializer(data=request.data or {})
         body.is_valid(raise_exception=True)
-        return self._silence(None, body.validated_data.get("reason", ""), "alert-rule-unsilence")
+        return self._silence(None, body.validated_data.get("reason", ""))
 
-    def _silence(self, until, reason: str, what: str) -> Response:
-        with transaction.atomic():
-            rule = AlertRule.objects.select_for_update().get(pk=self.get_object().pk)
-            before = audit.rule_snapshot(rule)
-            rule.silenced_until, rule.silence_reason = until, reason if until else ""
-            rule.save(update_fields=["silenced_until", "silence_reason"])
-            audit.record(
-                what, user=self.request.user, before=before, after=audit.rule_snapshot(rule),
-                pipeline=rule.pipeline, reason=reason,
-            )  # fmt: skip
+    def _silence(self, until, reason: str) -> Response:
+        rule = actions.silence(self.get_object().pk, until, user=self.request.user, reason=reason)
         return Response(self.get_serializer(rule).data)
 
 
@@ -285,23 +276,13 @@ class AlertViewSet(viewsets.ReadOnlyModelViewSet):
     def acknowledge(self, request, pk=None) -> Response:
         body = ControlSerializer(data=request.data or {})
         body.is_valid(raise_exception=True)
-        with transaction.atomic():
-            alert = Alert.objects.select_for_update().get(pk=self.get_object().pk)
-            if alert.state != AlertState.FIRING:
-                return Response(
-                    {
-                        "detail": f"alert {alert.pk} is {alert.state}: only a firing alert"
-                        " is acknowledged"
-                    },
-                    status=status.HTTP_409_CONFLICT,
-                )
-            before = audit.alert_snapshot(alert)
-            if alert.acknowledged_at is None:
-                alert.acknowledged_at, alert.acknowledged_by = timezone.now(), request.user
-                alert.save(update_fields=["acknowledged_at", "acknowledged_by"])
-                audit.record(
-                    "alert-acknowledge", user=request.user, before=before,
-                    after=audit.alert_snapshot(alert), pipeline=alert.pipeline,
-                    reason=body.validated_data.get("reason", ""),
-                )  # fmt: skip
+        try:
+            alert = actions.acknowledge(
+                self.get_object().pk,
+                user=request.user,
+                reason=body.validated_data.get("reason", ""),
+                now=timezone.now(),
+            )
+        except actions.NotFiring as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         return Response(self.get_serializer(alert).data)

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import applications, editing, views
+from . import alerts, applications, editing, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -27,5 +27,8 @@ urlpatterns = [
         applications.application_control,
         name="application-control",
     ),
+    path("alerts/", alerts.alert_list, name="alerts"),
+    path("alerts/<int:alert_id>/acknowledge", alerts.alert_acknowledge, name="alert-acknowledge"),
+    path("alerts/rules/<slug:name>/silence", alerts.rule_silence, name="alert-rule-silence"),
     path("healthz", views.healthz, name="healthz"),
 ]

@@ -178,3 +178,45 @@ def test_a_rule_for_a_label_watches_only_the_pipelines_carrying_it(api, pipeline
         "/api/alert-rules/", {"name": "bad", "kind": "gave-up", "label": "team"}, format="json"
     )
     assert response.json() == {"label": ["'team' is not name:value (e.g. team:payments)"]}
+
+
+def test_the_alerts_page_shows_what_fires_and_operators_act_on_it(django_user_model, pipeline):
+    import re
+
+    from django.test import Client
+
+    from controlplane.accounts.roles import set_role
+
+    rule, alert = failing_alert()
+    viewer, operator = Client(), Client()
+    for client, role in ((viewer, "viewer"), (operator, "operator")):
+        user = django_user_model.objects.create_user(username=f"p-{role}", password="x-n-u-1")
+        set_role(user, role)
+        client.force_login(user)
+    html = viewer.get("/alerts/").content.decode()
+    marker = f'data-alert="{alert.pk}">'
+    row = html[html.index(marker) + len(marker) :]
+    row = " ".join(re.sub(r"<[^>]+>", " ", row[: row.index("</tr>")]).split())
+    assert row.startswith("gave-up orders firing") and "the pipeline is failed" in row
+    assert ">Acknowledge</button>" not in html and ">Silence</button>" not in html  # viewer
+    assert ">Alerts</a>" in html  # in the nav
+
+    page = operator.post(f"/alerts/{alert.pk}/acknowledge", {"reason": "looking"}, follow=True)
+    assert "Alert gave-up on orders acknowledged." in page.content.decode()
+    alert.refresh_from_db()
+    assert alert.acknowledged_by.username == "p-operator"
+    page = operator.post(f"/alerts/{alert.pk}/acknowledge", follow=True).content.decode()
+    assert "acknowledged by p-operator" in page
+
+    page = operator.post(
+        "/alerts/rules/gave-up/silence", {"minutes": "60", "reason": "deploy"}, follow=True
+    ).content.decode()
+    assert "Rule gave-up silenced for 60 minutes." in page
+    rule.refresh_from_db()
+    assert rule.silence_reason == "deploy" and rule.silenced_until > timezone.now()
+    operator.post("/alerts/rules/gave-up/silence", {"minutes": "0"})
+    rule.refresh_from_db()
+    assert rule.silenced_until is None
+    assert [e.action for e in AuditEntry.objects.order_by("id")][-3:] == [
+        "alert-acknowledge", "alert-rule-silence", "alert-rule-unsilence",
+    ]  # fmt: skip
