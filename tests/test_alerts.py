@@ -173,7 +173,7 @@ def test_a_pipeline_that_gives_up_is_alerted_once_repeated_and_resolved(
     assert list(
         AlertDelivery.objects.filter(alert=alert, channel__name="hook")
         .order_by("id")
-        .values_list("event", "status", "attempts")
+        .values_list("event", "outcome", "attempts")
     ) == [("firing", "sent", 1), ("repeat", "sent", 1), ("resolved", "sent", 1)]
     assert not AlertDelivery.objects.filter(alert__rule=quiet).exists()
 
@@ -191,13 +191,13 @@ def test_a_webhook_that_fails_is_tried_again_and_every_attempt_is_recorded(
     engine.evaluate(t)
     assert delivery.deliver(t) == {"sent": 0, "retry": 1, "failed": 0}
     row = AlertDelivery.objects.get()
-    assert (row.status, row.attempts, row.next_try_at) == ("pending", 1, t + timedelta(seconds=10))
+    assert (row.outcome, row.attempts, row.next_try_at) == ("pending", 1, t + timedelta(seconds=10))
     assert "answered 503" in row.last_error
     assert delivery.deliver(t + timedelta(seconds=5))["retry"] == 0  # not due yet
     assert delivery.deliver(t + timedelta(seconds=10))["retry"] == 1
     assert delivery.deliver(t + timedelta(seconds=40))["sent"] == 1
     row.refresh_from_db()
-    assert (row.status, row.attempts, row.last_error) == ("sent", 3, "")
+    assert (row.outcome, row.attempts, row.last_error) == ("sent", 3, "")
     assert len(receiver.posts) == 1
 
 

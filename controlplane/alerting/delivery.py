@@ -36,7 +36,7 @@ def deliver(now: datetime) -> dict:
         due = list(
             AlertDelivery.objects.select_for_update(skip_locked=True, of=("self",))
             .select_related("alert__rule", "alert__pipeline", "channel")
-            .filter(status=DeliveryStatus.PENDING, next_try_at__lte=now)
+            .filter(outcome=DeliveryStatus.PENDING, next_try_at__lte=now)
             .order_by("next_try_at", "id")[:BATCH]
         )
         for delivery in due:
@@ -46,7 +46,7 @@ def deliver(now: datetime) -> dict:
             except Exception as exc:  # every failure is the delivery's, recorded
                 delivery.last_error = f"{type(exc).__name__}: {exc}"[:2000]
                 if delivery.attempts > len(BACKOFF_SECONDS):
-                    delivery.status = DeliveryStatus.FAILED
+                    delivery.outcome = DeliveryStatus.FAILED
                     counts["failed"] += 1
                     log.warning("alert delivery %s failed for good: %s", delivery.pk, exc)
                 else:
@@ -54,12 +54,12 @@ def deliver(now: datetime) -> dict:
                     delivery.next_try_at = now + timedelta(seconds=wait)
                     counts["retry"] += 1
             else:
-                delivery.status = DeliveryStatus.SENT
+                delivery.outcome = DeliveryStatus.SENT
                 delivery.sent_at = now
                 delivery.last_error = ""
                 counts["sent"] += 1
             delivery.save(
-                update_fields=["attempts", "status", "next_try_at", "sent_at", "last_error"]
+                update_fields=["attempts", "outcome", "next_try_at", "sent_at", "last_error"]
             )
     return counts
 

@@ -221,7 +221,7 @@ class AlertFigures:
             "cp_alert_deliveries_failed", "alert deliveries given up after every attempt"
         )
         failed.add_metric(
-            [], float(AlertDelivery.objects.filter(status=DeliveryStatus.FAILED).count())
+            [], float(AlertDelivery.objects.filter(outcome=DeliveryStatus.FAILED).count())
         )
         yield firing
         yield failed

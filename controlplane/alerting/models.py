@@ -138,7 +138,7 @@ class AlertDelivery(models.Model):
     event = models.CharField(max_length=16)  # firing, repeat, resolved
     message = models.TextField()
     created_at = models.DateTimeField(auto_now_add=True)
-    status = models.CharField(
+    outcome = models.CharField(
         max_length=16, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING
     )
     attempts = models.PositiveIntegerField(default=0)
@@ -148,7 +148,7 @@ class AlertDelivery(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["status", "next_try_at"])]
+        indexes = [models.Index(fields=["outcome", "next_try_at"])]
 
     def __str__(self) -> str:
         return f"{self.event} of {self.alert} to {self.channel}"

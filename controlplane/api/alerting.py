@@ -222,6 +222,7 @@ class AlertRuleViewSet(viewsets.ModelViewSet):
 
 class DeliverySerializer(serializers.ModelSerializer):
     channel = serializers.CharField(source="channel.name")
+    status = serializers.CharField(source="outcome", help_text="pending, sent or failed")
 
     class Meta:
         model = AlertDelivery
