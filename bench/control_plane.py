@@ -95,13 +95,9 @@ class Bench:
             first = self.next_batch.get(run_id, 0)
             self.next_batch[run_id] = first + per_request
             jobs.append((run_id, token, first))
-        local = threading.local()
 
-        def send(job) -> None:
+        def send(session, job) -> None:
             run_id, token, first = job
-            session = getattr(local, "session", None)
-            if session is None:
-                session = local.session = requests.Session()
             now = datetime.now(UTC)
             body = [progress(b, self.topic, now, 10 * b) for b in range(first, first + per_request)]
             response = session.post(
@@ -112,10 +108,22 @@ class Bench:
             )
             response.raise_for_status()
 
+        return len(jobs) * per_request / self.post_all(send, jobs)
+
+    @staticmethod
+    def post_all(send, jobs: list) -> float:
+        """Seconds to `send(session, job)` every job, SENDERS at once (a session each)."""
+        local = threading.local()
+
+        def one(job) -> None:
+            if getattr(local, "session", None) is None:
+                local.session = requests.Session()
+            send(local.session, job)
+
         started = time.perf_counter()
         with ThreadPoolExecutor(SENDERS) as pool:
-            list(pool.map(send, jobs))
-        return len(jobs) * per_request / (time.perf_counter() - started)
+            list(pool.map(one, jobs))
+        return time.perf_counter() - started
 
     def ingest_shared(self, reports: int, per_request: int = 25) -> float:
         """Reports per second as shared applications send them: their members' reports in
@@ -145,13 +153,9 @@ class Bench:
                 self.next_batch[run_id] = batch + 1
                 items.append((run_id, run_token, batch))
             jobs.append((name, token, items))
-        local = threading.local()
 
-        def send(job) -> None:
+        def send(session, job) -> None:
             name, token, items = job
-            session = getattr(local, "session", None)
-            if session is None:
-                session = local.session = requests.Session()
             now = datetime.now(UTC)
             body = {
                 "reports": [
@@ -175,10 +179,7 @@ class Bench:
             assert not refused, refused[:3]
 
         try:
-            started = time.perf_counter()
-            with ThreadPoolExecutor(SENDERS) as pool:
-                list(pool.map(send, jobs))
-            return len(jobs) * per_request / (time.perf_counter() - started)
+            return len(jobs) * per_request / self.post_all(send, jobs)
         finally:
             SparkApplication.objects.filter(name__startswith="bench-app-").delete()
 

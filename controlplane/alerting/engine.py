@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.db.models import Max
 
+from controlplane.definitions import services
 from controlplane.definitions.models import (
     Failure,
     Pipeline,
@@ -64,8 +65,10 @@ def _subjects(rule: AlertRule, facts: dict, plane, now: datetime):
         return
     wanted = None
     if rule.label:
-        key, _, value = rule.label.replace("=", ":", 1).partition(":")
-        wanted = (key, value)
+        try:
+            wanted = services.parse_selector(rule.label)
+        except services.Invalid:
+            return  # a label no pipeline can carry (the API refuses to store one)
     for pipeline_id, (name, pipeline_facts, labels) in facts.items():
         if rule.pipeline_id is not None and rule.pipeline_id != pipeline_id:
             continue

@@ -19,6 +19,7 @@ from datetime import datetime
 from django.db import IntegrityError, connection, transaction
 
 from controlplane.definitions.models import LagSample, Pipeline, PipelineFigures
+from jobs.kafka.offsets import nest
 
 from . import metrics
 from .kafka_lookups import KafkaLookups
@@ -80,7 +81,7 @@ def _round(now: datetime) -> dict:
                 lag_error=lag.get("error") or "",
                 backpressure=result.figures["backpressure"]["level"],
                 data_loss_seconds=(lag.get("data_loss") or {}).get("seconds"),
-                start_offsets=_nested(start) if start else None,
+                start_offsets=nest(start) if start else None,
             )
         )
     try:
@@ -123,11 +124,3 @@ def _store(samples: list[LagSample], rows: list[PipelineFigures]) -> None:
                 "start_offsets",
             ],
         )
-
-
-def _nested(offsets: dict) -> dict:
-    """{(topic, partition): offset} as JSON's {topic: {"partition": offset}}."""
-    out: dict[str, dict[str, int]] = {}
-    for (topic, partition), offset in sorted(offsets.items()):
-        out.setdefault(topic, {})[str(partition)] = offset
-    return out

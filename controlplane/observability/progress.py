@@ -11,9 +11,7 @@ from controlplane.definitions.models import BatchProgress, Run
 
 def store(run: Run, reports: list[dict]) -> None:
     """One row per batch; a retried request repeats batches already stored: ignored."""
-    BatchProgress.objects.bulk_create(
-        [_progress_row(run, p) for p in reports], ignore_conflicts=True
-    )
+    store_many([(run, reports)])
 
 
 def store_many(reports: list[tuple[Run, list[dict]]]) -> None:

@@ -36,6 +36,7 @@ from controlplane.definitions.models import (
 )
 
 from . import capacity
+from .launcher import this_host as here
 
 log = logging.getLogger("controlplane.hosts")
 
@@ -46,10 +47,6 @@ RECONCILE_HOST = "controlplane.supervision.tasks.reconcile_host"
 # A dedicated driver sent to a host counts as that host's for this long, or until its run
 # exists there (placements in one tick see each other; the launch itself is asynchronous).
 PLACEMENT_HELD = timedelta(seconds=60)
-
-
-def here() -> str:
-    return settings.CONTROLPLANE_HOST_NAME
 
 
 def queue(name: str) -> str:
@@ -140,13 +137,16 @@ def live(now: datetime) -> list[str]:
 def is_lost(name: str, now: datetime) -> bool:
     """Whether host `name` has been silent for longer than the timeout (a host never heard
     of is lost: nothing vouches for what runs there)."""
-    if name == here():
-        return False
-    seen = Host.objects.filter(name=name).values_list("seen_at", flat=True).first()
-    return capacity.lost(seen, now, timeout())
+    return name != here() and lost(silent_since(name), now)
+
+
+def lost(seen_at: datetime | None, now: datetime) -> bool:
+    """Whether a host last heard at `seen_at` is lost by now."""
+    return capacity.lost(seen_at, now, timeout())
 
 
 def silent_since(name: str) -> datetime | None:
+    """When host `name`'s worker was last heard (None: never)."""
     return Host.objects.filter(name=name).values_list("seen_at", flat=True).first()
 
 

@@ -331,7 +331,7 @@ def _cancel_assignment(run: Run) -> bool:
         # Claimed (it ends with exit.json, written before the claim is removed), or never
         # written (a launch that died between run.json and the assignment).
         claimed = assignment.with_name(assignment.name + ".taken")
-        return not (claimed.exists() or Path(run.run_dir, "exit.json").exists())
+        return not (claimed.exists() or exit_reported(run.run_dir))
     return True
 
 
@@ -497,7 +497,7 @@ def kill(run: Run) -> bool:
             Path(run.run_dir, "kill").touch()
         if _cancel_assignment(run) or _supervisor(run) is None:
             return True  # never claimed, or its application is gone: so is the query
-        return Path(run.run_dir, "exit.json").exists()
+        return exit_reported(run.run_dir)
     _kill_tree(run.pid, run.process_started, run.run_dir, JOB_SCRIPT.name)
     return True
 

@@ -19,6 +19,7 @@ from controlplane.definitions.models import DesiredState, Pipeline, Run, RunStat
 from jobs.checkpoints import read_checkpoint
 from jobs.connections import kafka_client_config
 from jobs.kafka.metadata import log_bounds, metadata_consumer
+from jobs.kafka.offsets import nest
 
 KEPT = "_kept"
 
@@ -35,13 +36,6 @@ def checkpoint_dir(pipeline: Pipeline) -> Path:
     return Path(settings.CONTROLPLANE_CHECKPOINT_ROOT) / pipeline.name
 
 
-def nested(flat: dict[tuple[str, int], int]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for (topic, partition), offset in sorted(flat.items()):
-        out.setdefault(topic, {})[str(partition)] = offset
-    return out
-
-
 def committed(pipeline: Pipeline) -> dict:
     """What the checkpoint committed (next offset to read, per partition), and any reset
     waiting for the next run."""
@@ -50,7 +44,7 @@ def committed(pipeline: Pipeline) -> dict:
     checkpoint = read_checkpoint(checkpoint_dir(pipeline), history=1, sizes=False)
     last = checkpoint.last_committed if checkpoint else None
     return {
-        "committed": nested(checkpoint.committed_offsets()) if last else {},
+        "committed": nest(checkpoint.committed_offsets()) if last else {},
         "last_batch_id": last.batch_id if last else None,
         "pending_reset": pipeline.offsets_reset,
     }
@@ -76,13 +70,13 @@ def resolve(pipeline: Pipeline, to) -> dict[str, dict[str, int]]:
             raise Refused("its topics have no partitions (do they exist?)")
         earliest, ends = log_bounds(consumer, partitions)
         if to == "earliest":
-            return nested(earliest)
+            return nest(earliest)
         if to == "latest":
-            return nested(ends)
+            return nest(ends)
         if isinstance(to, dict) and "timestamp" in to:
             at = _timestamp_ms(to["timestamp"])
             found = consumer.offsets_for_times({TopicPartition(t, n): at for t, n in partitions})
-            return nested(
+            return nest(
                 {
                     (t, n): (
                         hit.offset if (hit := found.get(TopicPartition(t, n))) else ends[(t, n)]
@@ -91,7 +85,7 @@ def resolve(pipeline: Pipeline, to) -> dict[str, dict[str, int]]:
                 }
             )
         if isinstance(to, dict) and "offsets" in to:
-            return nested(_explicit(to["offsets"], partitions, earliest, ends))
+            return nest(_explicit(to["offsets"], partitions, earliest, ends))
         raise BadTarget(FORMS)
     finally:
         consumer.close()

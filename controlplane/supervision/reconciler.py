@@ -312,9 +312,9 @@ def _observe(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
         # there. Only once that host has been silent past the timeout is the run given up:
         # ended, which revokes its token (a driver that is still alive there is refused at
         # its next report, and stops itself), and the pipeline restarts on a live host.
-        if not hosts.is_lost(run.host, now):
-            return hosts.route_pipeline(run.host, pipeline.pk)
         seen = hosts.silent_since(run.host)
+        if not hosts.lost(seen, now):
+            return hosts.route_pipeline(run.host, pipeline.pk)
         error = (
             f"host {run.host} is lost (silent since {seen:%Y-%m-%d %H:%M:%S} UTC)"
             if seen
@@ -352,9 +352,8 @@ def _observe(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
         # the application says so (asked again: idempotent), and one that does not give way
         # in time gets its application recycled.
         cause = run.end_cause or "killed"
-        if launcher.kill(run):
-            exit_code = -9 if run.application_id is None else None
-            finish(run, now, exit_code=exit_code, cause=cause, error=run.error_tail)
+        exit_code = -9 if run.application_id is None else None
+        if kill_run(run, now, exit_code=exit_code, cause=cause, error=run.error_tail):
             return cause
         waited = now - run.kill_requested_at
         if waited > timedelta(seconds=settings.CONTROLPLANE_KILL_TIMEOUT):
