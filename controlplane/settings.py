@@ -243,6 +243,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 5.0,
         "options": {"expires": 5.0},
     },
+    "restore-points": {
+        "task": "controlplane.supervision.tasks.restore_points",
+        "schedule": 60.0,
+        "options": {"expires": 60.0},
+    },
     "compact-progress": {
         "task": "controlplane.observability.tasks.compact_progress",
         "schedule": 600.0,
@@ -311,6 +316,14 @@ LOGGING = {
 # makes the next run start from the spec's starting_offsets.
 CONTROLPLANE_CHECKPOINT_ROOT = Path(
     env_str("CONTROLPLANE_CHECKPOINT_ROOT", str(VAR_DIR / "checkpoints"))
+)
+# Restore points (copies of checkpoints) live under the checkpoint root, so that their files
+# can share data with the checkpoint's through hard links: `<root>/_restore_points/<pipeline>/`.
+# Per pipeline, the newest CONTROLPLANE_RESTORE_POINTS_KEEP are kept, none older than
+# CONTROLPLANE_RESTORE_POINTS_MAX_AGE_DAYS, except the newest one, always kept.
+CONTROLPLANE_RESTORE_POINTS_KEEP = env_int("CONTROLPLANE_RESTORE_POINTS_KEEP", 10, minimum=1)
+CONTROLPLANE_RESTORE_POINTS_MAX_AGE_DAYS = env_int(
+    "CONTROLPLANE_RESTORE_POINTS_MAX_AGE_DAYS", 30, minimum=1
 )
 CONTROLPLANE_RUNS_ROOT = Path(env_str("CONTROLPLANE_RUNS_ROOT", str(VAR_DIR / "runs")))
 # local[2,4]: two cores, and a failed task is tried up to 4 times (plain local[2] tries once),

@@ -14,7 +14,12 @@ before the batch runs; `commits/N` is written once batch N is committed. So:
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import os
+import re
+import shutil
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -154,17 +159,121 @@ def _mtime(path: Path) -> datetime | None:
 
 
 def _size(root: Path) -> int:
-    if not root.is_dir():
-        return 0
-    total = 0
-    for p in root.rglob("*"):
-        try:
-            if p.is_file():
-                total += p.stat().st_size
-        except OSError:
-            continue
-    return total
+    return tree_size(root)[0]
 
 
 def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat().replace("+00:00", "Z") if moment else None
+
+
+# --- Copies of a checkpoint (restore points) --------------------------------------------------
+#
+# Every file Spark writes into a checkpoint is written once, to a temporary name, then renamed
+# into place (HDFSMetadataLog, the state stores' delta, snapshot and zip files), and never
+# changed after. So a copy can share the files' data with hard links, and a copy taken while
+# the query runs is consistent once it is cut back to the last batch committed before the copy
+# began: the files of that batch and of every batch before it were all in place by then.
+
+
+def copy_committed(source: str | Path, target: str | Path) -> Checkpoint | None:
+    """Copy the checkpoint at `source` to `target` (which must not exist), as of its last
+    committed batch: later batches' write-ahead entries and state versions are left out.
+    Files are hard-linked where the file system allows, else copied. None, and nothing
+    written, if `source` has no committed batch."""
+    source, target = Path(source), Path(target)
+    before = read_checkpoint(source, history=0, sizes=False)
+    if before is None or before.last_committed is None:
+        return None
+    last = before.last_committed.batch_id
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    link_tree(source, partial)
+    trim_after(partial, last)
+    partial.rename(target)
+    return read_checkpoint(target, history=1)
+
+
+def link_tree(source: Path, target: Path) -> None:
+    """Copy the tree at `source` to `target` (created), hard-linking the files where the file
+    system allows; temporary files are left out, files gone meanwhile are passed over."""
+    target.mkdir(mode=0o700)
+    for entry in os.scandir(source):
+        if entry.name.endswith((".tmp", ".tmp.crc")) or ".tmp." in entry.name:
+            continue  # a file still being written
+        if entry.is_dir(follow_symlinks=False):
+            link_tree(Path(entry.path), target / entry.name)
+        elif entry.is_file(follow_symlinks=False):
+            try:
+                _link(Path(entry.path), target / entry.name)
+            except FileNotFoundError:
+                continue  # cleaned up by the running query meanwhile (an old batch)
+
+
+def _link(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+            raise
+        shutil.copy2(source, target)
+
+
+_LOG_ENTRY = re.compile(r"^\.?(\d+)(?:\.crc)?$")  # offsets/N, commits/N and their checksums
+# A state store version's files: HDFS-backed `V.delta`, `V.snapshot`; RocksDB `V.zip`,
+# `V_<id>.zip`, `V.changelog` (not its SST files, shared between versions).
+_STATE_VERSION = re.compile(r"^\.?(\d+)(?:_[^.]*)?\.(?:delta|snapshot|zip|changelog)(?:\.crc)?$")
+
+
+def trim_after(root: str | Path, last_batch: int) -> None:
+    """Remove from the checkpoint at `root` everything written for batches after
+    `last_batch`: `offsets/N` and `commits/N` (and their checksums) for N > last_batch, and
+    state store versions above last_batch + 1 (version V holds the state after batch V - 1)."""
+    root = Path(root)
+    for log in ("offsets", "commits"):
+        for path in _numbered(root / log, _LOG_ENTRY):
+            if path[0] > last_batch:
+                path[1].unlink(missing_ok=True)
+    for path in _numbered(root / "state", _STATE_VERSION, recursive=True):
+        if path[0] > last_batch + 1:
+            path[1].unlink(missing_ok=True)
+
+
+def _numbered(directory: Path, pattern: re.Pattern, *, recursive: bool = False):
+    if not directory.is_dir():
+        return
+    for path in directory.rglob("*") if recursive else directory.iterdir():
+        if path.is_file() and (match := pattern.match(path.name)):
+            yield int(match.group(1)), path
+
+
+def new_query_id(root: str | Path) -> str:
+    """Give the checkpoint at `root` a new query id (what sinks scope their commit markers
+    by): its batches after a restore are new batches, written again, never mistaken for the
+    ones the old query wrote under the same numbers. Returns the id."""
+    root = Path(root)
+    query_id = str(uuid.uuid4())
+    metadata = root / "metadata"
+    temporary = root / ".metadata.restore.tmp"
+    try:
+        current = json.loads(metadata.read_text())
+    except (OSError, ValueError):
+        current = {}
+    temporary.write_text(json.dumps({**current, "id": query_id}) + "\n")
+    (root / ".metadata.crc").unlink(missing_ok=True)  # Hadoop's checksum of the old content
+    temporary.rename(metadata)
+    return query_id
+
+
+def tree_size(root: str | Path) -> tuple[int, int]:
+    """Bytes and files under `root` (hard links counted at their full size)."""
+    total = files = 0
+    for path in Path(root).rglob("*"):
+        try:
+            if path.is_file():
+                total += path.stat().st_size
+                files += 1
+        except OSError:
+            continue
+    return total, files

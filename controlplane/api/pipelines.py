@@ -15,9 +15,9 @@ from rest_framework.response import Response
 
 from controlplane.accounts.roles import OPERATOR
 from controlplane.definitions import services
-from controlplane.definitions.models import DEDICATED, AuditEntry, Pipeline
+from controlplane.definitions.models import DEDICATED, AuditEntry, Pipeline, RestorePoint
 from controlplane.observability import metrics
-from controlplane.supervision import controls, offsets, tasks
+from controlplane.supervision import controls, offsets, restore_points, tasks
 from jobs.spec import SpecError
 
 from .serializers import (
@@ -28,6 +28,7 @@ from .serializers import (
     OffsetsResetSerializer,
     PipelineSerializer,
     PipelineVersionSerializer,
+    RestoreSerializer,
     RollbackSerializer,
     RunSerializer,
 )
@@ -67,6 +68,9 @@ class PipelineViewSet(viewsets.ModelViewSet):
             "rollback",
             "bulk",
             "offsets_reset",
+            "restore",
+            "take_restore_point",
+            "delete_restore_point",
         )
     }
 
@@ -136,6 +140,7 @@ class PipelineViewSet(viewsets.ModelViewSet):
                 desired_state=data.get("desired_state", "stopped"),
                 placement=data.get("placement", DEDICATED),
                 labels=data.get("labels"),
+                restore_point_minutes=data.get("restore_point_minutes"),
                 user=self.request.user,
             )
         except SpecError as exc:
@@ -165,6 +170,7 @@ class PipelineViewSet(viewsets.ModelViewSet):
                 expected_version=data.get("version"),
                 placement=data.get("placement"),
                 labels=data.get("labels"),
+                restore_point_minutes=data.get("restore_point_minutes", services.UNCHANGED),
             )
         except SpecError as exc:
             raise ValidationError(exc.as_dict("spec.")) from None
@@ -176,10 +182,14 @@ class PipelineViewSet(viewsets.ModelViewSet):
 
     def destroy(self, request, *args, **kwargs) -> Response:
         """Delete a stopped pipeline and its history (audited); 409 while it is wanted
-        running, not at rest, or has a driver."""
+        running, not at rest, or has a driver. Its checkpoint is kept as its name's last
+        restore point (the others go), unless `?keep_restore_point=false`: then all go."""
         pipeline = self.get_object()
+        keep = request.query_params.get("keep_restore_point", "true").lower()
+        if keep not in ("true", "false"):
+            raise ValidationError({"keep_restore_point": ["must be true or false"]})
         try:
-            services.delete_pipeline(pipeline, user=request.user)
+            services.delete_pipeline(pipeline, user=request.user, keep_restore_point=keep == "true")
         except services.Conflict as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -306,6 +316,75 @@ class PipelineViewSet(viewsets.ModelViewSet):
         except offsets.BadTarget as exc:
             raise ValidationError({"to": [str(exc)]}) from None
         except offsets.Refused as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response(done)
+
+    @extend_schema(responses={200: None})
+    @action(detail=True, methods=["get"], url_path="restore-points")
+    def restore_points(self, request, name: str | None = None) -> Response:
+        """The pipeline's restore points, newest first (its name's: a deleted pipeline's
+        last one is listed for a pipeline created again under the name)."""
+        pipeline = self.get_object()
+        points = RestorePoint.objects.filter(pipeline_name=pipeline.name).select_related(
+            "created_by"
+        )
+        page = self.paginate_queryset(points)
+        return self.get_paginated_response([restore_points.describe(p) for p in page])
+
+    @extend_schema(request=ControlSerializer, responses={201: None, 409: None})
+    @restore_points.mapping.post
+    def take_restore_point(self, request, name: str | None = None) -> Response:
+        """Take a restore point now (operators), as of the checkpoint's last committed batch,
+        while the pipeline runs or not; audited with the reason."""
+        pipeline = self.get_object()
+        body = ControlSerializer(data=request.data or {})
+        body.is_valid(raise_exception=True)
+        try:
+            point = restore_points.take(
+                pipeline,
+                user=request.user,
+                reason=body.validated_data.get("reason", ""),
+                now=timezone.now(),
+            )
+        except restore_points.Refused as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response(restore_points.describe(point), status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=ControlSerializer, responses={204: None, 404: None})
+    @action(detail=True, methods=["delete"], url_path=r"restore-points/(?P<point>\d+)")
+    def delete_restore_point(self, request, name: str | None = None, point: str = "") -> Response:
+        """Delete one restore point and its files (operators; audited with `?reason=`)."""
+        pipeline = self.get_object()
+        row = RestorePoint.objects.filter(pk=int(point), pipeline_name=pipeline.name).first()
+        if row is None:
+            return Response(
+                {"detail": f"pipeline {pipeline.name!r} has no restore point {point}"},
+                status=status.HTTP_404_NOT_FOUND,
+            )
+        restore_points.delete(row, user=request.user, reason=request.query_params.get("reason", ""))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=RestoreSerializer, responses={200: None, 404: None, 409: None})
+    @action(detail=True, methods=["post"])
+    def restore(self, request, name: str | None = None) -> Response:
+        """Make a stopped pipeline's next run continue from one of its restore points (409
+        while it is wanted running or has a driver): the current checkpoint is kept as a
+        restore point; the batches after the restore point are read and written again.
+        Audited with the reason."""
+        pipeline = self.get_object()
+        body = RestoreSerializer(data=request.data or {})
+        body.is_valid(raise_exception=True)
+        try:
+            done = restore_points.restore(
+                pipeline,
+                body.validated_data["restore_point"],
+                user=request.user,
+                reason=body.validated_data.get("reason", ""),
+                now=timezone.now(),
+            )
+        except LookupError as exc:
+            raise ValidationError({"restore_point": [str(exc.args[0])]}) from None
+        except restore_points.Refused as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         return Response(done)
 

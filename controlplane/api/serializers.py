@@ -54,6 +54,14 @@ class PipelineSerializer(serializers.ModelSerializer):
         help_text='Labels, e.g. {"team": "payments", "domain": "orders"}: the overview,'
         " bulk actions and alert rules select pipelines by them.",
     )
+    restore_point_minutes = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=7 * 24 * 60,
+        help_text="Take a restore point this often while it runs (minutes; null: never on a"
+        " schedule).",
+    )
     last_failure = serializers.SerializerMethodField()
 
     class Meta:
@@ -67,6 +75,7 @@ class PipelineSerializer(serializers.ModelSerializer):
             "desired_state",
             "placement",
             "labels",
+            "restore_point_minutes",
             "application",
             "status",
             "status_message",
@@ -174,6 +183,12 @@ class OffsetsResetSerializer(ControlSerializer):
         help_text='"earliest", "latest", {"timestamp": "2026-11-23T10:00:00Z"} or'
         ' {"offsets": {"<topic>": {"<partition>": <offset>}}}'
     )
+
+
+class RestoreSerializer(ControlSerializer):
+    """The body of a restore: which restore point, and why."""
+
+    restore_point = serializers.IntegerField(min_value=1)
 
 
 class RollbackSerializer(ControlSerializer):

@@ -44,7 +44,12 @@ def record(pipeline: Pipeline, action: str, *, user, reason: str, before: dict) 
 def definition_snapshot(pipeline: Pipeline) -> dict:
     """What creating or changing a pipeline's definition is audited with: its snapshot and
     where its query runs (`placement`)."""
-    return {**snapshot(pipeline), "placement": pipeline.placement, "labels": pipeline.labels}
+    return {
+        **snapshot(pipeline),
+        "placement": pipeline.placement,
+        "labels": pipeline.labels,
+        "restore_point_minutes": pipeline.restore_point_minutes,
+    }
 
 
 def record_with(

@@ -138,6 +138,11 @@ class Pipeline(models.Model):
     # Offsets an operator reset it to ({topic: {partition: offset}}): where its next run
     # starts, in a new checkpoint; cleared once that checkpoint holds them.
     offsets_reset = models.JSONField(null=True, blank=True, editable=False)
+    # Take a restore point this often while it runs (None: only on demand and before
+    # changes).
+    restore_point_minutes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Take a restore point this often while it runs."
+    )
     # The control-plane host its next dedicated driver was sent to (and when): counted as
     # that host's until the run exists there, or the placement is older than a minute.
     placed_host = models.CharField(max_length=255, blank=True, editable=False)
@@ -333,6 +338,49 @@ class Failure(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pipeline.name} {self.cause} at {self.at}"
+
+
+class RestorePointKind(models.TextChoices):
+    MANUAL = "manual"
+    SCHEDULED = "scheduled"
+    BEFORE_CHANGE = "before-change"  # a new spec version's first run on an existing checkpoint
+    BEFORE_RESTORE = "before-restore"  # the checkpoint a restore replaced
+    BEFORE_OFFSETS_RESET = "before-offsets-reset"  # the checkpoint an offsets reset set aside
+    BEFORE_DELETE = "before-delete"  # the checkpoint of a pipeline deleted since
+
+
+class RestorePoint(models.Model):
+    """A consistent copy of a pipeline's checkpoint as of one committed batch (the Flink
+    operator's savepoint history, for Spark): what the pipeline can be restored to. Kept by
+    pipeline name, so the last one outlives the pipeline's deletion."""
+
+    pipeline = models.ForeignKey(
+        Pipeline, null=True, blank=True, on_delete=models.SET_NULL, related_name="restore_points"
+    )
+    pipeline_name = models.CharField(max_length=63, db_index=True)
+    kind = models.CharField(max_length=32, choices=RestorePointKind.choices)
+    created_at = models.DateTimeField()
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reason = models.TextField(blank=True)
+    path = models.CharField(max_length=1024)
+    spec_version = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The spec version whose run wrote the checkpoint."
+    )
+    query_id = models.CharField(max_length=64, blank=True)
+    last_batch_id = models.BigIntegerField(null=True, blank=True)
+    committed_at = models.DateTimeField(null=True, blank=True)
+    offsets = models.JSONField(default=dict, help_text="{topic: {partition: next offset}}")
+    size_bytes = models.BigIntegerField(default=0)
+    files = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["pipeline_name", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.pipeline_name} restore point {self.pk} ({self.kind})"
 
 
 class BatchProgress(models.Model):

@@ -12,6 +12,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
+from django.dispatch import Signal
 from django.utils import timezone
 
 from controlplane.connections.models import Connection
@@ -54,6 +55,11 @@ LABEL_VALUE = re.compile(r"^[A-Za-z0-9_.-]{0,63}$")
 MAX_LABELS = 20
 # Names the API's routes take for themselves (POST /api/pipelines/bulk/).
 RESERVED_NAMES = {"bulk"}
+
+# Sent once a pipeline's deletion has committed, with `name`, `spec_version` (of its last
+# run), `keep_restore_point` and `user`: supervision keeps its checkpoint as its last restore
+# point (controlplane.supervision.restore_points), or removes it.
+pipeline_deleted = Signal()
 
 
 def labels_problem(labels: Any) -> str | dict | None:
@@ -145,6 +151,7 @@ def create_pipeline(
     desired_state: str = "stopped",
     placement: str = DEDICATED,
     labels: dict | None = None,
+    restore_point_minutes: int | None = None,
 ) -> Pipeline:
     """Raises SpecError (the spec), Invalid (the placement, the labels) or Conflict (the
     name)."""
@@ -166,6 +173,7 @@ def create_pipeline(
                 desired_state=desired_state,
                 placement=placement,
                 labels=labels or {},
+                restore_point_minutes=restore_point_minutes,
                 created_by=user,
                 updated_by=user,
             )
@@ -187,6 +195,9 @@ def create_pipeline(
     return pipeline
 
 
+UNCHANGED = object()  # an argument not given (where None means something)
+
+
 def update_pipeline(
     pipeline: Pipeline,
     *,
@@ -197,6 +208,7 @@ def update_pipeline(
     expected_version: int | None = None,
     placement: str | None = None,
     labels: dict | None = None,
+    restore_point_minutes: Any = UNCHANGED,
     action: str = "update",
     reason: str = "",
 ) -> Pipeline:
@@ -230,6 +242,8 @@ def update_pipeline(
             changes["placement"] = placement
         if labels is not None and labels != current.labels:
             changes["labels"] = labels
+        if restore_point_minutes is not UNCHANGED:
+            changes["restore_point_minutes"] = restore_point_minutes
         new_version = current.version
         if spec is not None and spec.to_dict() != current.spec:
             new_version = current.version + 1
@@ -276,11 +290,15 @@ def rollback_pipeline(pipeline: Pipeline, *, to_version: int, user=None, reason:
     return True
 
 
-def delete_pipeline(pipeline: Pipeline, *, user=None, reason: str = "") -> bool:
+def delete_pipeline(
+    pipeline: Pipeline, *, user=None, reason: str = "", keep_restore_point: bool = True
+) -> bool:
     """Delete a pipeline that has no driver, with its history; audited (the entry keeps its
     name). Under the pipeline's row lock, so no run starts meanwhile (the reconciler skips
     a locked pipeline); refused with Conflict, naming the state, while it is wanted running,
-    is not at rest, or has a run that is not over. False if it was gone already."""
+    is not at rest, or has a run that is not over. False if it was gone already. Once it
+    has committed, `pipeline_deleted` is sent (its checkpoint: the last restore point
+    kept, unless `keep_restore_point` is False)."""
     with transaction.atomic():
         current = Pipeline.objects.select_for_update().filter(pk=pipeline.pk).first()
         if current is None:
@@ -302,5 +320,17 @@ def delete_pipeline(pipeline: Pipeline, *, user=None, reason: str = "") -> bool:
         )
         entry.after = {}  # nothing is left
         entry.save(update_fields=["after"])
+        name = current.name
+        last = current.runs.order_by("-generation").values_list("spec_version", flat=True)
+        spec_version = last.first()
         current.delete()
+        transaction.on_commit(
+            lambda: pipeline_deleted.send(
+                sender=Pipeline,
+                name=name,
+                spec_version=spec_version,
+                keep_restore_point=keep_restore_point,
+                user=user,
+            )
+        )
     return True

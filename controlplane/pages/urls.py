@@ -16,6 +16,17 @@ urlpatterns = [
     path("pipelines/<slug:name>/diff", views.pipeline_diff, name="pipeline-diff"),
     path("pipelines/<slug:name>/rollback", views.pipeline_rollback, name="pipeline-rollback"),
     path(
+        "pipelines/<slug:name>/restore-points",
+        views.restore_point_take,
+        name="pipeline-restore-point-take",
+    ),
+    path(
+        "pipelines/<slug:name>/restore-points/<int:point>/delete",
+        views.restore_point_delete,
+        name="pipeline-restore-point-delete",
+    ),
+    path("pipelines/<slug:name>/restore", views.pipeline_restore, name="pipeline-restore"),
+    path(
         "pipelines/<slug:name>/control/<slug:action>",
         views.pipeline_control,
         name="pipeline-control",

@@ -9,6 +9,7 @@ from django.contrib import messages
 from django.db import DatabaseError, transaction
 from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
@@ -17,9 +18,15 @@ from controlplane.accounts.decorators import role_required
 from controlplane.accounts.roles import OPERATOR, VIEWER, has_role
 from controlplane.connections.masking import known_secrets, mask
 from controlplane.definitions import services
-from controlplane.definitions.models import AuditEntry, Pipeline, ReconcilerState, RunState
+from controlplane.definitions.models import (
+    AuditEntry,
+    Pipeline,
+    ReconcilerState,
+    RestorePoint,
+    RunState,
+)
 from controlplane.observability import metrics
-from controlplane.supervision import controls, tasks
+from controlplane.supervision import controls, restore_points, tasks
 from controlplane.supervision.explain import summarize
 from jobs.spec import SpecError
 
@@ -99,6 +106,9 @@ def pipeline_page(request, name: str):
             "failures": _masked(pipeline.failures.select_related("run").order_by("-at")[:20]),
             "runs": pipeline.runs.select_related("application").order_by("-generation")[:20],
             "versions": versions,
+            "restore_points": RestorePoint.objects.filter(pipeline_name=pipeline.name)
+            .select_related("created_by")
+            .order_by("-created_at", "-id")[:30],
             "spec_json": json.dumps(pipeline.spec, indent=2, sort_keys=True),
             "audit": AuditEntry.objects.filter(pipeline_name=pipeline.name).order_by("-at")[:20],
             "controls": detail.CONTROLS,
@@ -243,6 +253,67 @@ def pipeline_rollback(request, name: str):
         f" {pipeline.version}).",
     )
     return redirect("pipeline", name=name)
+
+
+@require_POST
+@role_required(OPERATOR)
+def restore_point_take(request, name: str):
+    """Take a restore point now (audited, with the reason)."""
+    pipeline = get_object_or_404(Pipeline, name=name)
+    reason = request.POST.get("reason", "").strip()[:500]
+    try:
+        point = restore_points.take(pipeline, user=request.user, reason=reason, now=timezone.now())
+    except restore_points.Refused as exc:
+        messages.error(request, f"No restore point taken: {exc}.")
+    else:
+        messages.success(request, f"Restore point {point.pk} taken (batch {point.last_batch_id}).")
+    return redirect(reverse("pipeline", args=[name]) + "#restore-points")
+
+
+@require_POST
+@role_required(OPERATOR)
+def restore_point_delete(request, name: str, point: int):
+    row = RestorePoint.objects.filter(pk=point, pipeline_name=name).first()
+    if row is None:
+        messages.info(request, f"Restore point {point} is gone already.")
+    else:
+        restore_points.delete(row, user=request.user, reason="deleted on the pipeline page")
+        messages.success(request, f"Restore point {point} deleted.")
+    return redirect(reverse("pipeline", args=[name]) + "#restore-points")
+
+
+@require_POST
+@role_required(OPERATOR)
+def pipeline_restore(request, name: str):
+    """Restore a stopped pipeline to a restore point (confirmed by name, with a reason)."""
+    pipeline = get_object_or_404(Pipeline, name=name)
+    if request.POST.get("confirm") != pipeline.name:
+        messages.error(
+            request, f"Not restored: type the pipeline's name ({pipeline.name}) to confirm."
+        )
+        return redirect(reverse("pipeline", args=[name]) + "#restore-points")
+    try:
+        point = int(request.POST.get("restore_point", ""))
+        done = restore_points.restore(
+            pipeline,
+            point,
+            user=request.user,
+            reason=request.POST.get("reason", "").strip()[:500],
+            now=timezone.now(),
+        )
+    except ValueError:
+        messages.error(request, "Not restored: choose a restore point.")
+    except (LookupError, restore_points.Refused) as exc:
+        messages.error(request, f"Not restored: {exc.args[0]}.")
+    else:
+        kept = done["kept_restore_point"]
+        messages.success(
+            request,
+            f"{pipeline.name} restored to batch {done['last_batch_id']}: its next start reads"
+            " on from there"
+            + (f" (the replaced checkpoint is kept as restore point {kept})." if kept else "."),
+        )
+    return redirect(reverse("pipeline", args=[name]) + "#restore-points")
 
 
 def _masked(failures) -> list:

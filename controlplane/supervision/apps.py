@@ -8,3 +8,10 @@ class SupervisionConfig(AppConfig):
     name = "controlplane.supervision"
     label = "supervision"
     verbose_name = "Supervision"
+
+    def ready(self) -> None:
+        from controlplane.definitions.services import pipeline_deleted
+
+        from .restore_points import after_delete
+
+        pipeline_deleted.connect(after_delete, dispatch_uid="restore-points-after-delete")

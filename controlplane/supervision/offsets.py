@@ -1,39 +1,30 @@
 """A stopped pipeline's Kafka offsets: reading what its checkpoint committed, and resetting
 them (Kafka Connect's offsets API, KIP-875, for Spark): to the earliest or latest offsets, to
 a time, or to explicit offsets per partition. A reset resolves the target to explicit
-offsets now (a time through Kafka's offsets-for-times), keeps the current checkpoint aside
-(under `_kept/` in the checkpoint root) and makes the next run start a new checkpoint at those
+offsets now (a time through Kafka's offsets-for-times), keeps the current checkpoint as a
+restore point (`restore_points`) and makes the next run start a new checkpoint at those
 offsets. Refused while the pipeline is wanted running or has a driver."""
 
 from __future__ import annotations
 
-import shutil
 from datetime import datetime
-from pathlib import Path
 
-from django.conf import settings
 from django.db import transaction
 
 from controlplane.definitions import audit
-from controlplane.definitions.models import DesiredState, Pipeline, Run, RunState
+from controlplane.definitions.models import Pipeline, RestorePointKind
 from jobs.checkpoints import read_checkpoint
 from jobs.connections import kafka_client_config
 from jobs.kafka.metadata import log_bounds, metadata_consumer
 from jobs.kafka.offsets import nest
 
-KEPT = "_kept"
+from .restore_points import Refused, checkpoint_dir, ensure_at_rest, set_aside
 
-
-class Refused(Exception):
-    """The reset cannot be done now (answered with 409, saying why)."""
+__all__ = ["BadTarget", "Refused", "committed", "reset", "start_offsets_for_launch"]
 
 
 class BadTarget(ValueError):
     """What to reset to is not understood (answered with 400 naming `to`)."""
-
-
-def checkpoint_dir(pipeline: Pipeline) -> Path:
-    return Path(settings.CONTROLPLANE_CHECKPOINT_ROOT) / pipeline.name
 
 
 def committed(pipeline: Pipeline) -> dict:
@@ -154,14 +145,7 @@ def reset(pipeline: Pipeline, to, *, user, reason: str, now: datetime) -> dict:
     check_target(to)
     with transaction.atomic():
         locked = Pipeline.objects.select_for_update().get(pk=pipeline.pk)
-        if locked.desired_state == DesiredState.RUNNING:
-            raise Refused(f"pipeline {locked.name!r} is wanted running: stop it first")
-        active = Run.objects.filter(pipeline=locked, state__in=RunState.active()).first()
-        if active is not None:
-            raise Refused(
-                f"pipeline {locked.name!r} still has run {active.generation} ({active.state}):"
-                " wait until its driver has exited"
-            )
+        ensure_at_rest(locked)
         before = committed(locked)
         target = resolve(locked, to)
         if isinstance(to, dict) and "offsets" in to:
@@ -170,30 +154,29 @@ def reset(pipeline: Pipeline, to, *, user, reason: str, now: datetime) -> dict:
             for topic, parts in known.items():
                 for partition, offset in parts.items():
                     target.setdefault(topic, {}).setdefault(partition, offset)
-        kept = _keep(locked, now)
+        kept = set_aside(
+            locked,
+            kind=RestorePointKind.BEFORE_OFFSETS_RESET,
+            user=user,
+            reason=reason,
+            now=now,
+        )
         Pipeline.objects.filter(pk=locked.pk).update(offsets_reset=target)
         locked.offsets_reset = target
+        done = {
+            "start": target,
+            "kept_restore_point": kept.pk if kept else None,
+            "kept_checkpoint": kept.path if kept else None,
+        }
         audit.record_with(
             locked,
             "offsets-reset",
             user=user,
             reason=reason,
             before={"committed": before["committed"], "last_batch_id": before["last_batch_id"]},
-            after={"start": target, "kept_checkpoint": kept},
+            after=done,
         )
-    return {"start": target, "kept_checkpoint": kept}
-
-
-def _keep(pipeline: Pipeline, now: datetime) -> str | None:
-    """Move the current checkpoint aside (its next run starts a new one); where it went."""
-    current = checkpoint_dir(pipeline)
-    if not current.exists():
-        return None
-    folder = Path(settings.CONTROLPLANE_CHECKPOINT_ROOT) / KEPT / pipeline.name
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    target = folder / f"{now:%Y%m%dT%H%M%S.%fZ}-before-offsets-reset"
-    shutil.move(str(current), str(target))
-    return str(target)
+    return done
 
 
 def start_offsets_for_launch(pipeline: Pipeline) -> dict | None:

@@ -45,7 +45,16 @@ from controlplane.definitions.models import (
 from controlplane.redaction import redact
 from jobs.spec import parse_spec
 
-from . import applications, attention, hosts, launcher, restarts, silence, transitions
+from . import (
+    applications,
+    attention,
+    hosts,
+    launcher,
+    restarts,
+    restore_points,
+    silence,
+    transitions,
+)
 from .status import transition
 from .transitions import Action, Observation
 
@@ -271,6 +280,8 @@ def _new_run(
 
 
 def _launch(run: Run, token: str, now: datetime) -> str:
+    # A new spec version's first run on an existing checkpoint: keep the old one's first.
+    restore_points.before_change(run, now)
     try:
         launcher.launch(run, token)
     except Exception as exc:

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from celery import shared_task
 from django.utils import timezone
 
-from . import applications, reconciler
+from . import applications, reconciler, restore_points
 
 log = logging.getLogger("controlplane.tasks")
 
@@ -40,6 +40,12 @@ def reconcile_pipeline(pipeline_id: int, placed: bool = False) -> str | None:
 def reconcile_application(app_id: int, placed: bool = False) -> str | None:
     """Act on one shared application on this host (the coordinator placed it here)."""
     return applications.reconcile_application(app_id, timezone.now(), placed=placed)
+
+
+@shared_task(name="controlplane.supervision.tasks.restore_points", ignore_result=True)
+def take_restore_points() -> dict:
+    """Scheduled restore points, and their retention (every minute, from beat)."""
+    return restore_points.tick(timezone.now())
 
 
 # Nudges are sent from one background thread, so a request never waits on the broker: with

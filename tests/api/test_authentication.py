@@ -32,6 +32,9 @@ ENDPOINTS = {
     "pipeline-bulk": ({}, ["post"]),
     "pipeline-offsets": ({"name": "x"}, ["get"]),
     "pipeline-offsets-reset": ({"name": "x"}, ["post"]),
+    "pipeline-restore-points": ({"name": "x"}, ["get", "post"]),
+    "pipeline-delete-restore-point": ({"name": "x", "point": "1"}, ["delete"]),
+    "pipeline-restore": ({"name": "x"}, ["post"]),
     "pipeline-runs": ({"name": "x"}, ["get"]),
     "pipeline-failures": ({"name": "x"}, ["get"]),
     "pipeline-metrics": ({"name": "x"}, ["get"]),
@@ -133,6 +136,9 @@ OPERATOR_ACTIONS = {
     "pipeline-rollback",  # brings back a spec that was accepted, checked again
     "pipeline-bulk",
     "pipeline-offsets-reset",
+    "pipeline-restore-points",  # taking one (reading: viewers)
+    "pipeline-delete-restore-point",
+    "pipeline-restore",
     "connection-test",
     "application-start",
     "application-stop",
