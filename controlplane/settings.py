@@ -248,6 +248,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 60.0,
         "options": {"expires": 60.0},
     },
+    "purge-dead-letters": {
+        "task": "controlplane.observability.tasks.purge_dead_letters",
+        "schedule": 3600.0,
+        "options": {"expires": 3600.0},
+    },
     "compact-progress": {
         "task": "controlplane.observability.tasks.compact_progress",
         "schedule": 600.0,
@@ -324,6 +329,11 @@ CONTROLPLANE_CHECKPOINT_ROOT = Path(
 CONTROLPLANE_RESTORE_POINTS_KEEP = env_int("CONTROLPLANE_RESTORE_POINTS_KEEP", 10, minimum=1)
 CONTROLPLANE_RESTORE_POINTS_MAX_AGE_DAYS = env_int(
     "CONTROLPLANE_RESTORE_POINTS_MAX_AGE_DAYS", 30, minimum=1
+)
+# Dead letters (records that did not parse, in each sink database's `_cp_dead_letters`) older
+# than this are deleted by the control plane (hourly).
+CONTROLPLANE_DEAD_LETTER_RETENTION_DAYS = env_int(
+    "CONTROLPLANE_DEAD_LETTER_RETENTION_DAYS", 30, minimum=1
 )
 CONTROLPLANE_RUNS_ROOT = Path(env_str("CONTROLPLANE_RUNS_ROOT", str(VAR_DIR / "runs")))
 # local[2,4]: two cores, and a failed task is tried up to 4 times (plain local[2] tries once),

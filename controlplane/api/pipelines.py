@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
+from django.http import StreamingHttpResponse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
@@ -16,7 +18,7 @@ from rest_framework.response import Response
 from controlplane.accounts.roles import OPERATOR
 from controlplane.definitions import services
 from controlplane.definitions.models import DEDICATED, AuditEntry, Pipeline, RestorePoint
-from controlplane.observability import metrics
+from controlplane.observability import dead_letters, metrics
 from controlplane.supervision import controls, offsets, restore_points, tasks
 from jobs.spec import SpecError
 
@@ -24,6 +26,7 @@ from .serializers import (
     AuditEntrySerializer,
     BulkSerializer,
     ControlSerializer,
+    DeadLetterRedriveSerializer,
     FailureSerializer,
     OffsetsResetSerializer,
     PipelineSerializer,
@@ -69,6 +72,9 @@ class PipelineViewSet(viewsets.ModelViewSet):
             "bulk",
             "offsets_reset",
             "restore",
+            "dead_letters",
+            "dead_letters_download",
+            "dead_letters_redrive",
             "take_restore_point",
             "delete_restore_point",
         )
@@ -387,6 +393,105 @@ class PipelineViewSet(viewsets.ModelViewSet):
         except restore_points.Refused as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         return Response(done)
+
+    def _letter_filters(self, query) -> dead_letters.Filters:
+        try:
+            return dead_letters.parse_filters(query)
+        except dead_letters.BadFilter as exc:
+            raise ValidationError({exc.field: [str(exc)]}) from None
+
+    @staticmethod
+    def _unavailable(exc: Exception) -> Response:
+        return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
+
+    @extend_schema(responses={200: None, 503: None})
+    @action(detail=True, methods=["get"], url_path="dead-letters")
+    def dead_letters(self, request, name: str | None = None) -> Response:
+        """Records that did not parse, newest first, read from the sink database (operators:
+        they hold the raw values). Filters: `error`, `since`, `until` (received), `topic`,
+        `partition`, `batch`; `limit` (at most 500) and `offset`."""
+        pipeline = self.get_object()
+        filters = self._letter_filters(request.query_params)
+        try:
+            limit = min(max(int(request.query_params.get("limit", 50)), 1), 500)
+            offset = max(int(request.query_params.get("offset", 0)), 0)
+        except ValueError:
+            raise ValidationError({"limit": ["limit and offset are whole numbers"]}) from None
+        try:
+            letters, total = dead_letters.page(pipeline, filters, limit=limit, offset=offset)
+        except dead_letters.Unavailable as exc:
+            return self._unavailable(exc)
+        return Response(
+            {
+                "count": total,
+                "limit": limit,
+                "offset": offset,
+                "results": [dead_letters.as_json(letter) for letter in letters],
+            }
+        )
+
+    @extend_schema(responses={200: None, 503: None})
+    @action(detail=True, methods=["get"], url_path="dead-letters/batches")
+    def dead_letters_batches(self, request, name: str | None = None) -> Response:
+        """How many records of each batch did not parse (the newest 100 batches with any),
+        and per error."""
+        pipeline = self.get_object()
+        try:
+            return Response(
+                {
+                    "batches": dead_letters.batches(pipeline),
+                    "errors": dead_letters.errors(pipeline),
+                }
+            )
+        except dead_letters.Unavailable as exc:
+            return self._unavailable(exc)
+
+    @extend_schema(responses={200: None})
+    @action(detail=True, methods=["get"], url_path="dead-letters/download")
+    def dead_letters_download(self, request, name: str | None = None):
+        """Every letter the filters match, oldest first, as JSON Lines (operators)."""
+        pipeline = self.get_object()
+        filters = self._letter_filters(request.query_params)
+        try:
+            dead_letters.count(pipeline, filters)  # the database answers, before streaming
+        except dead_letters.Unavailable as exc:
+            return self._unavailable(exc)
+        lines = (
+            json.dumps(dead_letters.as_json(letter)) + "\n"
+            for letter in dead_letters.rows(pipeline, filters)
+        )
+        response = StreamingHttpResponse(lines, content_type="application/x-ndjson")
+        response["Content-Disposition"] = (
+            f'attachment; filename="{pipeline.name}-dead-letters.jsonl"'
+        )
+        return response
+
+    @extend_schema(request=DeadLetterRedriveSerializer, responses={200: None, 503: None})
+    @action(detail=True, methods=["post"], url_path="dead-letters/redrive")
+    def dead_letters_redrive(self, request, name: str | None = None) -> Response:
+        """Produce the letters the `filters` match again, raw value as it was, to the topic
+        each was read from (`"to": "source"`) or to a topic that exists on the source
+        cluster; the ones Kafka acknowledged leave the dead-letter table. Audited with the
+        reason (operators)."""
+        pipeline = self.get_object()
+        body = DeadLetterRedriveSerializer(data=request.data or {})
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        filters = self._letter_filters(data.get("filters") or {})
+        try:
+            outcome = dead_letters.redrive(
+                pipeline,
+                filters,
+                to=data["to"],
+                user=request.user,
+                reason=data.get("reason", ""),
+                now=timezone.now(),
+            )
+        except dead_letters.BadFilter as exc:
+            raise ValidationError({exc.field: [str(exc)]}) from None
+        except dead_letters.Unavailable as exc:
+            return self._unavailable(exc)
+        return Response(outcome)
 
     @extend_schema(responses=RunSerializer(many=True))
     @action(detail=True, methods=["get"], serializer_class=RunSerializer)

@@ -185,6 +185,20 @@ class OffsetsResetSerializer(ControlSerializer):
     )
 
 
+class DeadLetterRedriveSerializer(ControlSerializer):
+    """The body of a redrive: where to, which letters, and why."""
+
+    to = serializers.CharField(
+        max_length=249,
+        help_text='"source" (the topic each letter was read from) or a topic on the source'
+        " cluster.",
+    )
+    filters = serializers.DictField(
+        required=False,
+        help_text="As the list's query: error, since, until, topic, partition, batch.",
+    )
+
+
 class RestoreSerializer(ControlSerializer):
     """The body of a restore: which restore point, and why."""
 

@@ -517,6 +517,9 @@ class PipelineFigures(models.Model):
     # Where a pipeline that has committed nothing yet starts reading ({topic: {partition:
     # offset}}), as first resolved: its lag counts from there, not from the topic's start.
     start_offsets = models.JSONField(null=True, blank=True)
+    # Records that did not parse, in the sink database's dead-letter table now (None: not
+    # counted: its database did not answer, or it was never counted).
+    dead_letters = models.BigIntegerField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.pipeline.name} figures at {self.collected_at:%H:%M:%S}"

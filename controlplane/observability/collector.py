@@ -21,7 +21,7 @@ from django.db import IntegrityError, connection, transaction
 from controlplane.definitions.models import LagSample, Pipeline, PipelineFigures
 from jobs.kafka.offsets import nest
 
-from . import metrics
+from . import dead_letters, metrics
 from .kafka_lookups import KafkaLookups
 
 log = logging.getLogger("controlplane.metrics")
@@ -53,6 +53,12 @@ def _round(now: datetime) -> dict:
     )
     lookups = KafkaLookups()
     computed = metrics.compute(pipelines, now, lookups, starts=starts)
+    previous = dict(
+        PipelineFigures.objects.exclude(dead_letters=None).values_list(
+            "pipeline_id", "figures__dead_letters"
+        )
+    )
+    letters = dead_letters.counts(pipelines)
     samples, rows = [], []
     unknown = 0
     for pipeline in pipelines:
@@ -70,6 +76,9 @@ def _round(now: datetime) -> dict:
             )
         )
         start = result.start_offsets if pipeline.generation > 0 else None
+        # A sink database that did not answer: its last count stands (best-effort).
+        counted = letters.get(pipeline.pk, previous.get(pipeline.pk))
+        result.figures["dead_letters"] = counted
         rows.append(
             PipelineFigures(
                 pipeline=pipeline,
@@ -82,6 +91,7 @@ def _round(now: datetime) -> dict:
                 backpressure=result.figures["backpressure"]["level"],
                 data_loss_seconds=(lag.get("data_loss") or {}).get("seconds"),
                 start_offsets=nest(start) if start else None,
+                dead_letters=counted["count"] if counted else None,
             )
         )
     try:
@@ -122,5 +132,6 @@ def _store(samples: list[LagSample], rows: list[PipelineFigures]) -> None:
                 "backpressure",
                 "data_loss_seconds",
                 "start_offsets",
+                "dead_letters",
             ],
         )

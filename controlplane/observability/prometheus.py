@@ -41,6 +41,11 @@ FAMILIES = [
         "gauge",
         "time until Kafka's retention may delete records the pipeline has not read",
     ),
+    (
+        "cp_dead_letters",
+        "gauge",
+        "records that did not parse, in the sink database's dead-letter table now",
+    ),
     ("cp_backpressure_busy_ratio", "gauge", "batch duration / trigger interval, recent batches"),
     ("cp_backpressure_level", "gauge", "0 ok, 1 low, 2 high"),
     ("cp_input_rows_per_second", "gauge", "recent input rate"),
@@ -126,6 +131,7 @@ class StoredFigures:
             for p in lag["partitions"]:
                 labels = {**who, "topic": p["topic"], "partition": str(p["partition"])}
                 add("cp_partition_lag_records", labels, p["lag"])
+            add("cp_dead_letters", who, row.dead_letters)
             pressure = figures["backpressure"]
             add("cp_backpressure_busy_ratio", who, pressure["busy_ratio"])
             add("cp_backpressure_level", who, LEVELS[pressure["level"]])

@@ -5,7 +5,15 @@ from __future__ import annotations
 from celery import shared_task
 from django.utils import timezone
 
-from . import collector, retention
+from . import collector, dead_letters, retention
+
+
+@shared_task(
+    name="controlplane.observability.tasks.purge_dead_letters", ignore_result=True, acks_late=False
+)
+def purge_dead_letters() -> int:
+    """Dead letters older than CONTROLPLANE_DEAD_LETTER_RETENTION_DAYS go (hourly)."""
+    return dead_letters.purge(timezone.now())
 
 
 @shared_task(

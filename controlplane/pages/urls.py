@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import alerts, applications, editing, views
+from . import alerts, applications, dead_letters, editing, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -26,6 +26,16 @@ urlpatterns = [
         name="pipeline-restore-point-delete",
     ),
     path("pipelines/<slug:name>/restore", views.pipeline_restore, name="pipeline-restore"),
+    path(
+        "pipelines/<slug:name>/dead-letters",
+        dead_letters.dead_letter_list,
+        name="pipeline-dead-letters",
+    ),
+    path(
+        "pipelines/<slug:name>/dead-letters/redrive",
+        dead_letters.dead_letter_redrive,
+        name="pipeline-dead-letters-redrive",
+    ),
     path(
         "pipelines/<slug:name>/control/<slug:action>",
         views.pipeline_control,

@@ -35,6 +35,10 @@ ENDPOINTS = {
     "pipeline-restore-points": ({"name": "x"}, ["get", "post"]),
     "pipeline-delete-restore-point": ({"name": "x", "point": "1"}, ["delete"]),
     "pipeline-restore": ({"name": "x"}, ["post"]),
+    "pipeline-dead-letters": ({"name": "x"}, ["get"]),
+    "pipeline-dead-letters-batches": ({"name": "x"}, ["get"]),
+    "pipeline-dead-letters-download": ({"name": "x"}, ["get"]),
+    "pipeline-dead-letters-redrive": ({"name": "x"}, ["post"]),
     "pipeline-runs": ({"name": "x"}, ["get"]),
     "pipeline-failures": ({"name": "x"}, ["get"]),
     "pipeline-metrics": ({"name": "x"}, ["get"]),
@@ -139,6 +143,7 @@ OPERATOR_ACTIONS = {
     "pipeline-restore-points",  # taking one (reading: viewers)
     "pipeline-delete-restore-point",
     "pipeline-restore",
+    "pipeline-dead-letters-redrive",
     "connection-test",
     "application-start",
     "application-stop",
@@ -157,9 +162,13 @@ ADMIN_WRITES = {
 }
 
 
+# Reading that shows records' raw values: operators.
+OPERATOR_READS = {"pipeline-dead-letters", "pipeline-dead-letters-download"}
+
+
 def needed_role(name: str, method: str) -> str:
     if method == "get":
-        return "viewer"
+        return "operator" if name in OPERATOR_READS else "viewer"
     if name in OPERATOR_ACTIONS:
         return "operator"
     if name in ADMIN_WRITES:

@@ -1,0 +1,440 @@
+"""Dead letters, seen from the control plane: the records a pipeline could not parse, which
+its sink wrote into `_cp_dead_letters` in the sink database, in the same transaction as the
+batch's good rows (jobs.sinks.postgres). That table is the truth, so counts are exact:
+the control plane reads it through the pipeline's sink connection (checked again against
+the connection policy, never its own database).
+
+* `counts` (per pipeline, for the collector's round: overview, API, Prometheus), `batches`
+  (per batch), `errors` (per error, for the page's filter), `page` and `rows` (browse and
+  download, with filters: error, time received, topic, partition, batch);
+* `redrive`: the letters chosen are produced again, raw value as it was, to the pipeline's
+  source topic or a topic the operator names, through the source connection; those Kafka
+  acknowledged are then deleted from the table (a move: the ones that fail again come back
+  as new dead letters, at their new offsets); audited;
+* `purge`: letters older than CONTROLPLANE_DEAD_LETTER_RETENTION_DAYS go (beat, hourly).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import psycopg
+from django.conf import settings
+from psycopg import sql
+
+from controlplane.connections.models import Connection
+from controlplane.connections.policy import postgres_connect_arguments
+from controlplane.definitions.audit import actor
+from controlplane.definitions.models import AuditEntry, Pipeline
+from jobs.connections import kafka_client_config
+from jobs.kafka.metadata import metadata_consumer
+from jobs.sinks.postgres import DEAD_LETTERS_TABLE
+
+log = logging.getLogger("controlplane.dead_letters")
+
+TABLE = sql.Identifier(DEAD_LETTERS_TABLE)
+COLUMNS = 'batch_id, topic, partition, "offset", raw, error, record_time, received_at'
+# Kafka's legal topic names.
+TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+REDRIVE_LIMIT = 100_000  # letters per redrive request
+
+
+class Unavailable(Exception):
+    """The sink database cannot be read now (answered with 503, saying why)."""
+
+
+class BadFilter(ValueError):
+    """A filter or redrive target is not understood (400, naming the field)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Filters:
+    error: str = ""
+    since: datetime | None = None
+    until: datetime | None = None
+    topic: str = ""
+    partition: int | None = None
+    batch: int | None = None
+
+    def where(self, pipeline: str) -> tuple[sql.Composable, list]:
+        clauses, params = [sql.SQL("pipeline = %s")], [pipeline]
+        for column, value in (
+            ("error", self.error or None),
+            ("topic", self.topic or None),
+            ("partition", self.partition),
+            ("batch_id", self.batch),
+        ):
+            if value is not None:
+                clauses.append(sql.SQL("{} = %s").format(sql.Identifier(column)))
+                params.append(value)
+        if self.since is not None:
+            clauses.append(sql.SQL("received_at >= %s"))
+            params.append(self.since)
+        if self.until is not None:
+            clauses.append(sql.SQL("received_at < %s"))
+            params.append(self.until)
+        return sql.SQL(" AND ").join(clauses), params
+
+
+def parse_filters(query) -> Filters:
+    """Filters from a query string (`error`, `since`, `until`, `topic`, `partition`,
+    `batch`); BadFilter names the field that is wrong."""
+
+    def given(name: str) -> str:
+        value = query.get(name)
+        return "" if value is None else str(value).strip()
+
+    values = {}
+    for name in ("since", "until"):
+        if raw := given(name):
+            moment = _moment(raw) or _moment(raw.replace(" ", "+"))  # a URL's + read as space
+            if moment is None or moment.tzinfo is None:
+                raise BadFilter(name, f"{raw!r} is not an ISO 8601 time with a time zone")
+            values[name] = moment
+    for name in ("partition", "batch"):
+        if raw := given(name):
+            if not raw.isdigit():
+                raise BadFilter(name, f"{raw!r} is not a whole number")
+            values[name] = int(raw)
+    for name in ("error", "topic"):
+        if raw := given(name):
+            values[name] = raw[:2000]
+    return Filters(**values)
+
+
+def _moment(raw: str) -> datetime | None:
+    from django.utils.dateparse import parse_datetime
+
+    try:
+        return parse_datetime(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _sink_connection(pipeline: Pipeline) -> Connection:
+    name = pipeline.spec["sink"]["connection"]
+    return pipeline.connections.get(name=name)
+
+
+def _connect(connection: Connection) -> psycopg.Connection:
+    try:
+        kwargs = postgres_connect_arguments(connection.settings, connection.get_secrets())
+    except ValueError as exc:
+        raise Unavailable(f"connection {connection.name!r} is refused: {exc}") from None
+    kwargs["connect_timeout"] = 5
+    kwargs["options"] = "-c statement_timeout=15000"
+    try:
+        return psycopg.connect(**kwargs, autocommit=True)
+    except psycopg.Error as exc:
+        raise Unavailable(f"the sink database of connection {connection.name!r}: {exc}") from None
+
+
+def _query(pipeline: Pipeline, statement: sql.Composable, params: list) -> list[tuple]:
+    try:
+        with _connect(_sink_connection(pipeline)) as conn:
+            return conn.execute(statement, params).fetchall()
+    except psycopg.errors.UndefinedTable:
+        return []  # no batch written yet
+    except psycopg.Error as exc:
+        raise Unavailable(f"the sink database: {exc}") from None
+
+
+def _letter(row: tuple) -> dict:
+    batch_id, topic, partition, offset, raw, error, record_time, received_at = row
+    return {
+        "batch_id": batch_id,
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "raw": bytes(raw) if raw is not None else None,
+        "error": error,
+        "record_time": record_time,
+        "received_at": received_at,
+    }
+
+
+def text(raw: bytes | None) -> str | None:
+    """The raw value as text, where it is UTF-8 (None where it is not)."""
+    if raw is None:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def as_json(letter: dict) -> dict:
+    """A letter for the API and downloads: the raw value in base64 and, where it is UTF-8,
+    as text."""
+    raw = letter["raw"]
+    return {
+        **{k: v for k, v in letter.items() if k != "raw"},
+        "record_time": letter["record_time"].isoformat() if letter["record_time"] else None,
+        "received_at": letter["received_at"].isoformat() if letter["received_at"] else None,
+        "raw_base64": base64.b64encode(raw).decode() if raw is not None else None,
+        "raw_text": text(raw),
+    }
+
+
+def page(pipeline: Pipeline, filters: Filters, *, limit: int, offset: int) -> tuple[list, int]:
+    """One page of letters, newest first, and how many match."""
+    where, params = filters.where(pipeline.name)
+    found = _query(
+        pipeline,
+        sql.SQL(
+            "SELECT {cols}, count(*) OVER () FROM {table} WHERE {where}"
+            ' ORDER BY received_at DESC, topic, partition, "offset" LIMIT %s OFFSET %s'
+        ).format(cols=sql.SQL(COLUMNS), table=TABLE, where=where),
+        [*params, limit, offset],
+    )
+    total = found[0][-1] if found else 0
+    if not found and offset:
+        total = count(pipeline, filters)
+    return [_letter(row[:-1]) for row in found], total
+
+
+def count(pipeline: Pipeline, filters: Filters) -> int:
+    where, params = filters.where(pipeline.name)
+    found = _query(
+        pipeline,
+        sql.SQL("SELECT count(*) FROM {} WHERE {}").format(TABLE, where),
+        params,
+    )
+    return found[0][0] if found else 0
+
+
+def rows(pipeline: Pipeline, filters: Filters) -> Iterator[dict]:
+    """Every letter that matches, oldest first, read in chunks (a download)."""
+    where, params = filters.where(pipeline.name)
+    try:
+        with _connect(_sink_connection(pipeline)) as conn, conn.transaction():
+            cursor = conn.cursor(name="dead_letters")
+            cursor.itersize = 2000
+            cursor.execute(
+                sql.SQL(
+                    'SELECT {} FROM {} WHERE {} ORDER BY received_at, topic, partition, "offset"'
+                ).format(sql.SQL(COLUMNS), TABLE, where),
+                params,
+            )
+            for row in cursor:
+                yield _letter(row)
+    except psycopg.errors.UndefinedTable:
+        return
+
+
+def batches(pipeline: Pipeline, *, limit: int = 100) -> list[dict]:
+    """Letters per batch, newest batch first."""
+    found = _query(
+        pipeline,
+        sql.SQL(
+            "SELECT batch_id, count(*), min(received_at) FROM {} WHERE pipeline = %s"
+            " GROUP BY batch_id ORDER BY batch_id DESC LIMIT %s"
+        ).format(TABLE),
+        [pipeline.name, limit],
+    )
+    return [{"batch_id": b, "count": n, "received_at": at} for b, n, at in found]
+
+
+def errors(pipeline: Pipeline) -> list[dict]:
+    """Letters per error, most first (the page's error filter)."""
+    found = _query(
+        pipeline,
+        sql.SQL(
+            "SELECT error, count(*) FROM {} WHERE pipeline = %s GROUP BY error"
+            " ORDER BY count(*) DESC LIMIT 50"
+        ).format(TABLE),
+        [pipeline.name],
+    )
+    return [{"error": e, "count": n} for e, n in found]
+
+
+def counts(pipelines: list[Pipeline]) -> dict[int, dict]:
+    """{pipeline id: {"count": n, "last_at": ISO time}} for the pipelines whose sink databases
+    answer: one query per sink connection. Best-effort: a database that does not answer
+    leaves its pipelines out."""
+    by_connection: dict[str, list[Pipeline]] = defaultdict(list)
+    for pipeline in pipelines:
+        sink = (pipeline.spec or {}).get("sink") or {}
+        if sink.get("connection"):
+            by_connection[sink["connection"]].append(pipeline)
+    known = {c.name: c for c in Connection.objects.filter(name__in=list(by_connection))}
+    out: dict[int, dict] = {}
+    for name, members in by_connection.items():
+        connection = known.get(name)
+        if connection is None or connection.kind != "postgres":
+            continue
+        found = {}
+        try:
+            with _connect(connection) as conn:
+                found = {
+                    p: (n, at)
+                    for p, n, at in conn.execute(
+                        sql.SQL(
+                            "SELECT pipeline, count(*), max(received_at) FROM {}"
+                            " WHERE pipeline = ANY(%s) GROUP BY pipeline"
+                        ).format(TABLE),
+                        [[p.name for p in members]],
+                    ).fetchall()
+                }
+        except psycopg.errors.UndefinedTable:
+            pass  # nothing written there yet: none
+        except (psycopg.Error, Unavailable) as exc:
+            log.warning("dead letters of connection %s not counted: %s", name, exc)
+            continue
+        for pipeline in members:
+            n, at = found.get(pipeline.name, (0, None))
+            out[pipeline.pk] = {"count": n, "last_at": at.isoformat() if at else None}
+    return out
+
+
+def check_topic(topic: str) -> None:
+    if not TOPIC.match(topic or ""):
+        raise BadFilter("topic", f"{topic!r} is not a Kafka topic name")
+
+
+def redrive(
+    pipeline: Pipeline, filters: Filters, *, to: str, user, reason: str, now: datetime
+) -> dict:
+    """Produce the chosen letters again (raw value, as it was) to `to` ("source": the topic
+    each was read from; else a topic name that must exist on the source cluster) through
+    the source connection, then delete those Kafka acknowledged; audited. At most
+    REDRIVE_LIMIT letters per call (`remaining` says how many are left)."""
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
+    if to != "source":
+        check_topic(to)
+    source = pipeline.spec["source"]
+    kafka = pipeline.connections.get(name=source["connection"])
+    config = kafka_client_config(kafka.settings, kafka.get_secrets())
+    letters = []
+    for letter in rows(pipeline, filters):
+        letters.append(letter)
+        if len(letters) >= REDRIVE_LIMIT:
+            break
+    if not letters:
+        return {"redriven": 0, "failed": 0, "remaining": 0, "to": to}
+    if to != "source":
+        _check_exists(config, to)
+    try:
+        producer = KafkaProducer(
+            **config,
+            acks="all",
+            enable_idempotence=True,
+            request_timeout_ms=15_000,
+            max_block_ms=15_000,
+        )
+    except KafkaError as exc:
+        raise Unavailable(f"the source cluster: {exc}") from None
+    try:
+        sent = []
+        for letter in letters:
+            headers = [
+                (
+                    "cp-redriven-from",
+                    f"{letter['topic']}/{letter['partition']}/{letter['offset']}".encode(),
+                ),
+                ("cp-pipeline", pipeline.name.encode()),
+                ("cp-error", (letter["error"] or "")[:500].encode()),
+            ]
+            future = producer.send(
+                letter["topic"] if to == "source" else to,
+                value=letter["raw"] if letter["raw"] is not None else b"",
+                headers=headers,
+            )
+            sent.append((letter, future))
+        producer.flush(timeout=60)
+    except KafkaError as exc:
+        raise Unavailable(f"the source cluster: {exc}") from None
+    finally:
+        producer.close(timeout=10)
+    done, failed = [], 0
+    for letter, future in sent:
+        if future.succeeded():
+            done.append(letter)
+        else:
+            failed += 1
+    _delete(pipeline, done)
+    remaining = count(pipeline, filters)
+    outcome = {"redriven": len(done), "failed": failed, "remaining": remaining, "to": to}
+    AuditEntry.objects.create(
+        **actor(user),
+        action="dead-letters-redrive",
+        pipeline=pipeline,
+        pipeline_name=pipeline.name,
+        reason=reason,
+        before={"filters": _described(filters)},
+        after=outcome,
+    )
+    return outcome
+
+
+def _check_exists(config: dict, topic: str) -> None:
+    """BadFilter naming `to` unless the topic exists (a redrive never creates one)."""
+    from kafka.errors import KafkaError
+
+    try:
+        consumer = metadata_consumer({**config, "request_timeout_ms": 10_000})
+    except KafkaError as exc:
+        raise Unavailable(f"the source cluster: {exc}") from None
+    try:
+        if not consumer.partitions_for_topic(topic):
+            raise BadFilter("to", f"topic {topic!r} does not exist on the source cluster")
+    finally:
+        consumer.close()
+
+
+def _described(filters: Filters) -> dict:
+    return {
+        k: (v.isoformat() if isinstance(v, datetime) else v)
+        for k, v in vars(filters).items()
+        if v not in (None, "")
+    }
+
+
+def _delete(pipeline: Pipeline, letters: list[dict]) -> None:
+    if not letters:
+        return
+    keys = [(letter["topic"], letter["partition"], letter["offset"]) for letter in letters]
+    with _connect(_sink_connection(pipeline)) as conn, conn.cursor() as cursor:
+        cursor.executemany(
+            sql.SQL(
+                "DELETE FROM {} WHERE pipeline = %s AND topic = %s AND partition = %s"
+                ' AND "offset" = %s'
+            ).format(TABLE),
+            [(pipeline.name, *key) for key in keys],
+        )
+
+
+def purge(now: datetime) -> int:
+    """Delete letters older than the retention, for every pipeline; how many went."""
+    older = now - timedelta(days=settings.CONTROLPLANE_DEAD_LETTER_RETENTION_DAYS)
+    by_connection: dict[str, list[str]] = defaultdict(list)
+    for pipeline in Pipeline.objects.only("name", "spec"):
+        if name := ((pipeline.spec or {}).get("sink") or {}).get("connection"):
+            by_connection[name].append(pipeline.name)
+    gone = 0
+    for connection in Connection.objects.filter(name__in=list(by_connection), kind="postgres"):
+        try:
+            with _connect(connection) as conn:
+                gone += conn.execute(
+                    sql.SQL("DELETE FROM {} WHERE pipeline = ANY(%s) AND received_at < %s").format(
+                        TABLE
+                    ),
+                    [by_connection[connection.name], older],
+                ).rowcount
+        except psycopg.errors.UndefinedTable:
+            continue
+        except (psycopg.Error, Unavailable) as exc:
+            log.warning("dead letters of connection %s not purged: %s", connection.name, exc)
+    return gone
