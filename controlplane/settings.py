@@ -243,6 +243,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 5.0,
         "options": {"expires": 5.0},
     },
+    "auto-rollback": {
+        "task": "controlplane.supervision.tasks.auto_rollback",
+        "schedule": 30.0,
+        "options": {"expires": 30.0},
+    },
     "restore-points": {
         "task": "controlplane.supervision.tasks.restore_points",
         "schedule": 60.0,

@@ -174,8 +174,14 @@ def _pipeline_facts(
     ):
         latest_run[run.pipeline_id] = run
     out = {}
-    for pipeline_id, name, status, desired, labels in Pipeline.objects.values_list(
-        "id", "name", "status", "desired_state", "labels"
+    for pipeline_id, name, status, desired, labels, rolled_at, note in Pipeline.objects.values_list(
+        "id",
+        "name",
+        "status",
+        "desired_state",
+        "labels",
+        "auto_rolled_back_at",
+        "auto_rollback_note",
     ):
         stored = figures.get(pipeline_id)
         run = latest_run.get(pipeline_id)
@@ -192,6 +198,8 @@ def _pipeline_facts(
                 backing_off_since=latest_failure.get(pipeline_id),
                 data_loss_seconds=stored.data_loss_seconds if stored else None,
                 failures_at=failures.get(pipeline_id, []),
+                rolled_back_at=rolled_at,
+                rolled_back_note=note,
             ),
             labels or {},
         )

@@ -25,6 +25,10 @@ KINDS: dict[str, tuple[tuple[str, ...], str]] = {
         ("below",),
         "Kafka's retention may delete unread records within BELOW seconds",
     ),
+    "rolled-back": (
+        ("minutes",),
+        "a bad deploy was rolled back automatically within the last N minutes",
+    ),
     "control-plane": (
         ("minutes",),
         "the control plane's reconcile tick or metrics collector has not run for N minutes",
@@ -47,6 +51,8 @@ class Facts:
     backing_off_since: datetime | None = None
     data_loss_seconds: float | None = None
     failures_at: list[datetime] = field(default_factory=list)  # recent failures' times
+    rolled_back_at: datetime | None = None  # its last automatic rollback
+    rolled_back_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,11 @@ def holds(kind: str, params: dict, facts: Facts, now: datetime) -> str | None:
                 f"unread records may be deleted by retention in {_minutes(timedelta(seconds=left))}"
                 f" (below {params['below']:g} s)"
             )
+        return None
+    if kind == "rolled-back":
+        at = facts.rolled_back_at
+        if at is not None and now - at <= timedelta(minutes=params["minutes"]):
+            return facts.rolled_back_note or "rolled back automatically"
         return None
     raise ValueError(f"not a pipeline rule: {kind}")
 

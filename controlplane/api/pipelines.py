@@ -147,6 +147,7 @@ class PipelineViewSet(viewsets.ModelViewSet):
                 placement=data.get("placement", DEDICATED),
                 labels=data.get("labels"),
                 restore_point_minutes=data.get("restore_point_minutes"),
+                auto_rollback_minutes=data.get("auto_rollback_minutes"),
                 user=self.request.user,
             )
         except SpecError as exc:
@@ -177,6 +178,7 @@ class PipelineViewSet(viewsets.ModelViewSet):
                 placement=data.get("placement"),
                 labels=data.get("labels"),
                 restore_point_minutes=data.get("restore_point_minutes", services.UNCHANGED),
+                auto_rollback_minutes=data.get("auto_rollback_minutes", services.UNCHANGED),
             )
         except SpecError as exc:
             raise ValidationError(exc.as_dict("spec.")) from None

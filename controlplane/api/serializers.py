@@ -62,6 +62,15 @@ class PipelineSerializer(serializers.ModelSerializer):
         help_text="Take a restore point this often while it runs (minutes; null: never on a"
         " schedule).",
     )
+    auto_rollback_minutes = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=24 * 60,
+        help_text="Roll a new spec version back to the last healthy one when it commits no"
+        " batch within this many minutes of its start while records wait, or fails"
+        " repeatedly (null: never).",
+    )
     last_failure = serializers.SerializerMethodField()
 
     class Meta:
@@ -76,6 +85,9 @@ class PipelineSerializer(serializers.ModelSerializer):
             "placement",
             "labels",
             "restore_point_minutes",
+            "auto_rollback_minutes",
+            "auto_rolled_back_at",
+            "auto_rollback_note",
             "application",
             "status",
             "status_message",
@@ -94,6 +106,8 @@ class PipelineSerializer(serializers.ModelSerializer):
             "attempt",
             "restarts",
             "next_attempt_at",
+            "auto_rolled_back_at",
+            "auto_rollback_note",
         ]
 
     @extend_schema_field(

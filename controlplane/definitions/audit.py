@@ -49,6 +49,7 @@ def definition_snapshot(pipeline: Pipeline) -> dict:
         "placement": pipeline.placement,
         "labels": pipeline.labels,
         "restore_point_minutes": pipeline.restore_point_minutes,
+        "auto_rollback_minutes": pipeline.auto_rollback_minutes,
     }
 
 

@@ -143,6 +143,12 @@ class Pipeline(models.Model):
     restore_point_minutes = models.PositiveIntegerField(
         null=True, blank=True, help_text="Take a restore point this often while it runs."
     )
+    # Roll a new spec version back automatically when it is a bad deploy (no batch within
+    # this many minutes of its start although records wait, or failing repeatedly): None:
+    # never (supervision.auto_rollback); when it last happened, and what.
+    auto_rollback_minutes = models.PositiveIntegerField(null=True, blank=True)
+    auto_rolled_back_at = models.DateTimeField(null=True, blank=True, editable=False)
+    auto_rollback_note = models.TextField(blank=True, default="", editable=False)
     # The control-plane host its next dedicated driver was sent to (and when): counted as
     # that host's until the run exists there, or the placement is older than a minute.
     placed_host = models.CharField(max_length=255, blank=True, editable=False)

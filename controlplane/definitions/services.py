@@ -152,6 +152,7 @@ def create_pipeline(
     placement: str = DEDICATED,
     labels: dict | None = None,
     restore_point_minutes: int | None = None,
+    auto_rollback_minutes: int | None = None,
 ) -> Pipeline:
     """Raises SpecError (the spec), Invalid (the placement, the labels) or Conflict (the
     name)."""
@@ -174,6 +175,7 @@ def create_pipeline(
                 placement=placement,
                 labels=labels or {},
                 restore_point_minutes=restore_point_minutes,
+                auto_rollback_minutes=auto_rollback_minutes,
                 created_by=user,
                 updated_by=user,
             )
@@ -209,6 +211,7 @@ def update_pipeline(
     placement: str | None = None,
     labels: dict | None = None,
     restore_point_minutes: Any = UNCHANGED,
+    auto_rollback_minutes: Any = UNCHANGED,
     action: str = "update",
     reason: str = "",
 ) -> Pipeline:
@@ -244,6 +247,8 @@ def update_pipeline(
             changes["labels"] = labels
         if restore_point_minutes is not UNCHANGED:
             changes["restore_point_minutes"] = restore_point_minutes
+        if auto_rollback_minutes is not UNCHANGED:
+            changes["auto_rollback_minutes"] = auto_rollback_minutes
         new_version = current.version
         if spec is not None and spec.to_dict() != current.spec:
             new_version = current.version + 1

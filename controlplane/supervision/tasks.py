@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from celery import shared_task
 from django.utils import timezone
 
-from . import applications, reconciler, restore_points
+from . import applications, auto_rollback, reconciler, restore_points
 
 log = logging.getLogger("controlplane.tasks")
 
@@ -46,6 +46,12 @@ def reconcile_application(app_id: int, placed: bool = False) -> str | None:
 def take_restore_points() -> dict:
     """Scheduled restore points, and their retention (every minute, from beat)."""
     return restore_points.tick(timezone.now())
+
+
+@shared_task(name="controlplane.supervision.tasks.auto_rollback", ignore_result=True)
+def roll_back_bad_deploys() -> dict:
+    """Automatic rollback of bad deploys (every 30 s, from beat)."""
+    return auto_rollback.check(timezone.now())
 
 
 # Nudges are sent from one background thread, so a request never waits on the broker: with
