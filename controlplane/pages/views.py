@@ -106,9 +106,7 @@ def pipeline_page(request, name: str):
             "failures": _masked(pipeline.failures.select_related("run").order_by("-at")[:20]),
             "runs": pipeline.runs.select_related("application").order_by("-generation")[:20],
             "versions": versions,
-            "restore_points": RestorePoint.objects.filter(pipeline_name=pipeline.name)
-            .select_related("created_by")
-            .order_by("-created_at", "-id")[:30],
+            "restore_points": _restore_points(pipeline),
             "spec_json": json.dumps(pipeline.spec, indent=2, sort_keys=True),
             "audit": AuditEntry.objects.filter(pipeline_name=pipeline.name).order_by("-at")[:20],
             "controls": detail.CONTROLS,
@@ -120,6 +118,22 @@ def pipeline_page(request, name: str):
             ),
         },
     )
+
+
+def _restore_points(pipeline: Pipeline) -> list[RestorePoint]:
+    """The newest 30, each with its offsets as `topic/partition: offset` text."""
+    points = list(
+        RestorePoint.objects.filter(pipeline_name=pipeline.name)
+        .select_related("created_by")
+        .order_by("-created_at", "-id")[:30]
+    )
+    for point in points:
+        point.offsets_text = " · ".join(
+            f"{topic}/{partition}: {offset}"
+            for topic, parts in sorted(point.offsets.items())
+            for partition, offset in sorted(parts.items(), key=lambda kv: int(kv[0]))
+        )
+    return points
 
 
 @role_required(VIEWER)
