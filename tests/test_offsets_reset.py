@@ -106,3 +106,44 @@ def test_bad_targets_are_refused_naming_the_field(api, pipeline):
         response = api.post("/api/pipelines/orders/offsets/reset/", {"to": to}, format="json")
         assert response.status_code == 400, (to, response.json())
         assert problem in response.json()["to"][0]
+
+
+def test_the_pipeline_page_shows_the_offsets_and_resets_them(
+    api, client, django_user_model, pipeline, kafka_bootstrap, settings, tmp_path
+):
+    import json as _json
+
+    from controlplane.accounts.roles import set_role
+    from controlplane.definitions.models import DesiredState
+    from tests.kafka_helpers import new_topic
+
+    topic = new_topic(kafka_bootstrap, partitions=2)
+    produce(
+        kafka_bootstrap, topic, ({"id": f"r{i}", "amount": 1.0} for i in range(6)), partitions=2
+    )
+    spec = {"source": {"topics": [topic]}}
+    assert api.patch("/api/pipelines/orders/", {"spec": spec}, format="json").status_code == 200
+    settings.CONTROLPLANE_CHECKPOINT_ROOT = tmp_path
+    (tmp_path / "orders" / "offsets").mkdir(parents=True)
+    (tmp_path / "orders" / "commits").mkdir()
+    offsets = {topic: {"0": 2, "1": 3}}
+    (tmp_path / "orders" / "offsets" / "0").write_text(f"v1\n{{}}\n{_json.dumps(offsets)}\n")
+    (tmp_path / "orders" / "commits" / "0").write_text("v1\n{}\n")
+    user = django_user_model.objects.create_user(username="ops-offsets")
+    set_role(user, "operator")
+    client.force_login(user)
+    page = client.get("/pipelines/orders/").content.decode()
+    assert f"<code data-committed-offsets>{topic}/0: 2 · {topic}/1: 3</code>" in page
+
+    form = {"to": "earliest", "reason": "replay all", "confirm": "orders"}
+    Pipeline.objects.filter(name="orders").update(desired_state=DesiredState.RUNNING)
+    text = client.post("/pipelines/orders/offsets/reset", form, follow=True).content.decode()
+    assert "Not reset: pipeline &#x27;orders&#x27; is wanted running: stop it first." in text
+    Pipeline.objects.filter(name="orders").update(desired_state=DesiredState.STOPPED)
+    bad = {**form, "to": "offsets", "offsets": "{not json"}
+    text = client.post("/pipelines/orders/offsets/reset", bad, follow=True).content.decode()
+    assert "Not reset: offsets must be JSON" in text
+    text = client.post("/pipelines/orders/offsets/reset", form, follow=True).content.decode()
+    assert f"orders starts at {topic}/0: 0 · {topic}/1: 0 when it is next started." in text
+    assert "A reset is waiting for the next start" in text
+    assert AuditEntry.objects.get(action="offsets-reset").reason == "replay all"

@@ -27,6 +27,7 @@ PAGES = {  # name: (url kwargs, method, role)
     "pipeline-restore-point-take": ({"name": "orders"}, "post", "operator"),
     "pipeline-restore-point-delete": ({"name": "orders", "point": 1}, "post", "operator"),
     "pipeline-restore": ({"name": "orders"}, "post", "operator"),
+    "pipeline-offsets-reset": ({"name": "orders"}, "post", "operator"),
     "pipeline-dead-letters": ({"name": "orders"}, "get", "operator"),
     "pipeline-dead-letters-redrive": ({"name": "orders"}, "post", "operator"),
     "connections": ({}, "get", "viewer"),

@@ -27,6 +27,11 @@ urlpatterns = [
     ),
     path("pipelines/<slug:name>/restore", views.pipeline_restore, name="pipeline-restore"),
     path(
+        "pipelines/<slug:name>/offsets/reset",
+        views.pipeline_offsets_reset,
+        name="pipeline-offsets-reset",
+    ),
+    path(
         "pipelines/<slug:name>/dead-letters",
         dead_letters.dead_letter_list,
         name="pipeline-dead-letters",

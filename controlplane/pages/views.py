@@ -26,7 +26,7 @@ from controlplane.definitions.models import (
     RunState,
 )
 from controlplane.observability import metrics
-from controlplane.supervision import controls, restore_points, tasks
+from controlplane.supervision import controls, offsets, restore_points, tasks
 from controlplane.supervision.explain import summarize
 from jobs.spec import SpecError
 
@@ -107,6 +107,7 @@ def pipeline_page(request, name: str):
             "runs": pipeline.runs.select_related("application").order_by("-generation")[:20],
             "versions": versions,
             "restore_points": _restore_points(pipeline),
+            **_offsets(pipeline),
             "spec_json": json.dumps(pipeline.spec, indent=2, sort_keys=True),
             "audit": AuditEntry.objects.filter(pipeline_name=pipeline.name).order_by("-at")[:20],
             "controls": detail.CONTROLS,
@@ -120,6 +121,63 @@ def pipeline_page(request, name: str):
     )
 
 
+def _offsets_text(offsets: dict | None) -> str:
+    """{topic: {partition: offset}} as `topic/partition: offset · ...`."""
+    return " · ".join(
+        f"{topic}/{partition}: {offset}"
+        for topic, parts in sorted((offsets or {}).items())
+        for partition, offset in sorted(parts.items(), key=lambda kv: int(kv[0]))
+    )
+
+
+def _offsets(pipeline: Pipeline) -> dict:
+    seen = offsets.committed(pipeline)
+    return {
+        "committed_text": _offsets_text(seen["committed"]),
+        "pending_reset": seen["pending_reset"],
+        "pending_reset_text": _offsets_text(seen["pending_reset"]),
+    }
+
+
+@require_POST
+@role_required(OPERATOR)
+def pipeline_offsets_reset(request, name: str):
+    """Reset a stopped pipeline's offsets from the page (confirmed by name, with a reason)."""
+    pipeline = get_object_or_404(Pipeline, name=name)
+    back = reverse("pipeline", args=[name]) + "#offsets"
+    if request.POST.get("confirm") != pipeline.name:
+        messages.error(
+            request, f"Not reset: type the pipeline's name ({pipeline.name}) to confirm."
+        )
+        return redirect(back)
+    kind = request.POST.get("to", "")
+    to: object = kind
+    if kind == "timestamp":
+        to = {"timestamp": request.POST.get("timestamp", "").strip()}
+    elif kind == "offsets":
+        try:
+            to = {"offsets": json.loads(request.POST.get("offsets", ""))}
+        except ValueError:
+            messages.error(request, 'Not reset: offsets must be JSON, {"topic": {"0": 1234}}.')
+            return redirect(back)
+    try:
+        done = offsets.reset(
+            pipeline,
+            to,
+            user=request.user,
+            reason=request.POST.get("reason", "").strip()[:500],
+            now=timezone.now(),
+        )
+    except (offsets.BadTarget, offsets.Refused) as exc:
+        messages.error(request, f"Not reset: {exc}.")
+    else:
+        messages.success(
+            request,
+            f"{pipeline.name} starts at {_offsets_text(done['start'])} when it is next started.",
+        )
+    return redirect(back)
+
+
 def _restore_points(pipeline: Pipeline) -> list[RestorePoint]:
     """The newest 30, each with its offsets as `topic/partition: offset` text."""
     points = list(
@@ -128,11 +186,7 @@ def _restore_points(pipeline: Pipeline) -> list[RestorePoint]:
         .order_by("-created_at", "-id")[:30]
     )
     for point in points:
-        point.offsets_text = " · ".join(
-            f"{topic}/{partition}: {offset}"
-            for topic, parts in sorted(point.offsets.items())
-            for partition, offset in sorted(parts.items(), key=lambda kv: int(kv[0]))
-        )
+        point.offsets_text = _offsets_text(point.offsets)
     return points
 
 
