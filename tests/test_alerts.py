@@ -1,20 +1,22 @@
 """Alerts end to end, against real services: an SMTP server (aiosmtpd) and an HTTP receiver
-in the test session get the alerts of a pipeline whose stand-in driver crashes until its
-restart policy gives up: once per firing, the repeats, and the resolution; a silenced rule
-sends nothing; a webhook that fails is tried again; a lag rule fires when a stopped pipeline
-falls behind (real Kafka, the real metrics collector)."""
+in the test session get the alerts of a pipeline whose (stand-in) driver is killed with
+SIGKILL until its restart policy gives up: once per firing, the repeats, and the
+resolution; a silenced rule sends nothing; a webhook that fails is tried again; a lag rule
+fires when a stopped pipeline falls behind (real Kafka, the real metrics collector)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import json
+import signal
 import threading
 import time
 from datetime import timedelta
 from email import message_from_bytes
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import psutil
 import pytest
 from aiosmtpd.controller import Controller
 from django.utils import timezone
@@ -26,6 +28,7 @@ from controlplane.alerting.models import (
     AlertDelivery,
     AlertRule,
 )
+from controlplane.definitions.models import Run, RunState
 from controlplane.observability.collector import collect
 from tests.kafka_helpers import new_topic, produce
 from tests.outage_stack import free_port
@@ -103,7 +106,10 @@ def deliver_all(now) -> dict:
     return counts
 
 
-def crash_until_it_gives_up(api) -> timezone.datetime:
+def killed_until_it_gives_up(api, env) -> timezone.datetime:
+    """Start the pipeline (one restart allowed) and SIGKILL each run's driver process as
+    soon as it runs, until the policy gives up."""
+    env.setenv("STANDIN_MODE", "silent")  # runs until killed
     response = api.patch(
         "/api/pipelines/orders/",
         {"spec": {"restart_policy": {"kind": "fixed-delay", "attempts": 1, "delay_seconds": 0}}},
@@ -111,11 +117,25 @@ def crash_until_it_gives_up(api) -> timezone.datetime:
     )
     assert response.status_code == 200, response.json()
     assert api.post("/api/pipelines/orders/start/").status_code == 202
+    killed: set[int] = set()
     deadline = time.monotonic() + 60
     while orders().status != "failed" and time.monotonic() < deadline:
         step(timezone.now())
+        run = Run.objects.filter(pipeline=orders(), state=RunState.RUNNING).first()
+        if run is not None and run.pid and run.generation not in killed:
+            try:
+                drivers = psutil.Process(run.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                drivers = []
+            for driver in drivers:
+                driver.send_signal(signal.SIGKILL)
+            if drivers:
+                killed.add(run.generation)
         time.sleep(0.05)
     assert orders().status == "failed", orders().status
+    assert killed == {1, 2}
+    summaries = [f["summary"] for f in api.get("/api/pipelines/orders/failures/").json()["results"]]
+    assert summaries == ["killed by signal 9 (SIGKILL)"] * 2
     return timezone.now()
 
 
@@ -132,7 +152,7 @@ def test_a_pipeline_that_gives_up_is_alerted_once_repeated_and_resolved(
         name="quiet", kind="gave-up", silenced_until=timezone.now() + timedelta(hours=1)
     )
     quiet.channels.set(channels)
-    t = crash_until_it_gives_up(api)
+    t = killed_until_it_gives_up(api, standin)
 
     summary = engine.evaluate(t)
     assert (summary["fired"], summary["silenced"]) == (2, 1)

@@ -55,7 +55,10 @@ def letters(pipeline, sink_dsn):
                 " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
                 rows,
             )
-    return rows
+    yield rows
+    with psycopg.connect(sink_dsn, autocommit=True) as conn:  # other tests' pipeline "orders"
+        conn.execute(f'DELETE FROM "{DEAD_LETTERS_TABLE}" WHERE pipeline IN (%s, %s)',
+                     ("orders", "other"))  # fmt: skip
 
 
 @pytest.fixture
@@ -164,6 +167,7 @@ def test_a_redrive_names_what_is_wrong(operator_api, letters, sink_dsn):
     for body, field, problem in (
         ({"to": "bad topic!"}, "topic", "'bad topic!' is not a Kafka topic name"),
         ({"to": f"missing-{uuid.uuid4().hex[:8]}"}, "to", "does not exist on the source"),
+        ({"to": "source"}, "to", "topic 'orders' does not exist on the source cluster"),
         ({"to": "source", "filters": {"batch": "two"}}, "batch", "'two' is not a whole number"),
         ({}, "to", "This field is required."),
     ):

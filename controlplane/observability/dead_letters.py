@@ -324,8 +324,9 @@ def redrive(
             break
     if not letters:
         return {"redriven": 0, "failed": 0, "remaining": 0, "to": to}
-    if to != "source":
-        _check_exists(config, to)
+    # A redrive never creates a topic: the target (or each source topic) must exist.
+    for topic in sorted({to} if to != "source" else {letter["topic"] for letter in letters}):
+        _check_exists(config, topic)
     try:
         producer = KafkaProducer(
             **config,
