@@ -187,11 +187,14 @@ def copy_committed(source: str | Path, target: str | Path) -> Checkpoint | None:
     last = before.last_committed.batch_id
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.partial")
-    if partial.exists():
-        shutil.rmtree(partial)
-    link_tree(source, partial)
-    trim_after(partial, last)
-    partial.rename(target)
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        link_tree(source, partial)
+        trim_after(partial, last)
+        partial.rename(target)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # never a half copy left behind
+        raise
     return read_checkpoint(target, history=1)
 
 
@@ -199,7 +202,13 @@ def link_tree(source: Path, target: Path) -> None:
     """Copy the tree at `source` to `target` (created), hard-linking the files where the file
     system allows; temporary files are left out, files gone meanwhile are passed over."""
     target.mkdir(mode=0o700)
-    for entry in os.scandir(source):
+    # Files before directories, and RocksDB's shared SST files last: a snapshot (V.zip) that
+    # appears while the tree is walked then finds the SST files it refers to.
+    entries = sorted(
+        os.scandir(source),
+        key=lambda e: (e.is_dir(follow_symlinks=False), e.name == "SSTs", e.name),
+    )
+    for entry in entries:
         if entry.name.endswith((".tmp", ".tmp.crc")) or ".tmp." in entry.name:
             continue  # a file still being written
         if entry.is_dir(follow_symlinks=False):

@@ -30,11 +30,12 @@ NOW = datetime(2026, 11, 23, 3, 0, tzinfo=UTC)
 def facts(**given) -> VersionFacts:
     values = {
         "version": 4,
-        "started_at": NOW - timedelta(minutes=5),
+        "started": True,
         "committed": False,
         "failures": 0,
         "gave_up": False,
-        "waiting_records": 0,
+        "running_since": NOW - timedelta(minutes=5),
+        "waiting_seconds": 0.0,
     }
     return VersionFacts(**{**values, **given})
 
@@ -45,19 +46,24 @@ def test_the_verdict():
     assert verdict(facts(failures=3), 10, NOW) == (
         "version 4 failed 3 times without committing a batch"
     )
-    assert verdict(facts(gave_up=True), 10, NOW) == (
+    assert verdict(facts(gave_up=True, running_since=None), 10, NOW) == (
         "version 4 failed until its restart policy gave up, without committing a batch"
     )
-    stalled = facts(started_at=NOW - timedelta(minutes=10), waiting_records=1234)
+    stalled = facts(running_since=NOW - timedelta(minutes=10), waiting_seconds=720.0)
     assert verdict(stalled, 10, NOW) == (
-        "version 4 committed no batch within 10 min of its start (1,234 records waiting)"
+        "version 4 committed no batch in 10 min of running while records waited"
+        " (the oldest for 12 min)"
     )
-    assert verdict(facts(started_at=NOW - timedelta(minutes=10)), 10, NOW) is None  # quiet
-    assert (
-        verdict(facts(started_at=NOW - timedelta(hours=1), waiting_records=None), 10, NOW) is None
-    )
+    # Records that arrived a minute ago after a quiet spell: not (yet) a bad deploy.
+    fresh = facts(running_since=NOW - timedelta(minutes=30), waiting_seconds=60.0)
+    assert verdict(fresh, 10, NOW) is None
+    assert verdict(facts(running_since=NOW - timedelta(minutes=10)), 10, NOW) is None  # quiet
+    unknown = facts(running_since=NOW - timedelta(hours=1), waiting_seconds=None)
+    assert verdict(unknown, 10, NOW) is None  # the lag is not known
+    stopped = facts(running_since=None, waiting_seconds=9999.0)
+    assert verdict(stopped, 10, NOW) is None  # not running: not its fault
     assert verdict(facts(failures=9, committed=True), 10, NOW) is None  # it ran healthy
-    assert verdict(facts(started_at=None, failures=5), 10, NOW) is None  # not started
+    assert verdict(facts(started=False, failures=5), 10, NOW) is None  # not started
 
 
 def run(pipeline, generation, version, *, batch=None, started=None, state=RunState.EXITED):
@@ -127,14 +133,17 @@ def test_a_version_that_commits_nothing_while_records_wait_goes_back(deployed):
     started = timezone.now() - timedelta(minutes=11)
     run(deployed, 2, 2, started=started, state=RunState.RUNNING)
     figures = PipelineFigures.objects.create(
-        pipeline=deployed, collected_at=timezone.now(), lag_records=0
+        pipeline=deployed, collected_at=timezone.now(), lag_records=0, lag_seconds=0.0
     )
     assert auto_rollback.check(timezone.now())["rolled_back"] == []  # a quiet topic
-    figures.lag_records = 500
+    figures.lag_records, figures.lag_seconds = 500, 30.0
+    figures.save()
+    assert auto_rollback.check(timezone.now())["rolled_back"] == []  # they just came
+    figures.lag_seconds = 660.0
     figures.save()
     assert auto_rollback.check(timezone.now() - timedelta(minutes=2))["rolled_back"] == []
     assert auto_rollback.check(timezone.now())["rolled_back"] == ["orders"]
-    assert "committed no batch within 10 min of its start (500 records waiting)" in (
+    assert "committed no batch in 10 min of running while records waited (the oldest" in (
         Pipeline.objects.get(name="orders").auto_rollback_note
     )
 

@@ -141,7 +141,13 @@ def test_a_redrive_to_another_topic_moves_the_letters_there(
     body = {"to": retry, "filters": {"batch": 2}, "reason": "schema fixed in v4"}
     response = operator_api.post("/api/pipelines/orders/dead-letters/redrive/", body, format="json")
     assert response.status_code == 200, response.json()
-    assert response.json() == {"redriven": 4, "failed": 0, "remaining": 0, "to": retry}
+    assert response.json() == {
+        "redriven": 4,
+        "failed": 0,
+        "remaining": 0,
+        "to": retry,
+        "error": None,
+    }
     consumer = KafkaConsumer(
         bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=5000
     )
@@ -216,3 +222,28 @@ def test_the_page_shows_raw_values_safely_and_redrives(
     done = client.post("/pipelines/orders/dead-letters/redrive", form, follow=True)
     assert f"5 dead letters written again to topic {retry}." in done.content.decode()
     assert [o for p, _, o in left(sink_dsn) if p == "orders"] == [100, 102, 104, 106, 108]
+
+
+def test_one_redrive_of_a_pipeline_at_a_time(operator_api, letters, sink_dsn):
+    with psycopg.connect(sink_dsn, autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(hashtext('cp-redrive:orders'))")
+        body = {"to": "source", "reason": "twice"}
+        response = operator_api.post(
+            "/api/pipelines/orders/dead-letters/redrive/", body, format="json"
+        )
+        assert response.status_code == 409
+        assert response.json()["detail"] == (
+            "a redrive of pipeline 'orders' is running: try again after it"
+        )
+    assert len(left(sink_dsn)) == 11
+    assert not AuditEntry.objects.filter(action="dead-letters-redrive").exists()
+
+
+def test_a_deleted_pipelines_letters_are_purged_too(api, letters, sink_dsn, settings):
+    from controlplane.definitions.models import DesiredState, Pipeline
+
+    Pipeline.objects.filter(name="orders").update(desired_state=DesiredState.STOPPED)
+    assert api.delete("/api/pipelines/orders/").status_code == 204
+    settings.CONTROLPLANE_DEAD_LETTER_RETENTION_DAYS = 1
+    assert dead_letters.purge(T0 + timedelta(days=2)) == 10
+    assert left(sink_dsn) == [("other", 0, 5)]  # not this control plane's

@@ -99,7 +99,13 @@ def test_dead_letters_are_counted_exactly_and_redriven_after_a_schema_fix(
     body = {"to": "source", "reason": "schema fixed in v2"}
     response = api.post("/api/pipelines/letters/dead-letters/redrive/", body, format="json")
     assert response.status_code == 200, response.json()
-    assert response.json() == {"redriven": 12, "failed": 0, "remaining": 0, "to": "source"}
+    assert response.json() == {
+        "redriven": 12,
+        "failed": 0,
+        "remaining": 0,
+        "to": "source",
+        "error": None,
+    }
 
     def redriven_letters() -> list[dict]:
         return api.get("/api/pipelines/letters/dead-letters/").json()["results"]

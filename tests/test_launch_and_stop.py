@@ -360,10 +360,16 @@ def test_a_fast_sink_shows_ok_and_a_slow_one_high_backpressure_and_growing_lag(
     def steady_batches():
         return BatchProgress.objects.filter(run__pipeline__name="slow", num_input_rows__gt=0)
 
-    fast = feed_until(lambda f: steady_batches().count() >= 4, 150, "four batches")
+    # Keeping up, the lag is a saw-tooth (records arrive between batches): the status is
+    # ok, though one round may catch a tooth rising over the window (the lag's trend is a
+    # regression over the collector's samples, not over the commits), so it is waited for.
+    fast = feed_until(
+        lambda f: steady_batches().count() >= 4 and f["lag"]["status"] == "ok",
+        150,
+        "four batches, lag ok",
+    )
     assert fast["backpressure"]["level"] == "ok", fast["backpressure"]
     assert fast["backpressure"]["busy_ratio"] < 0.5
-    assert fast["lag"]["status"] == "ok", fast["lag"]
 
     with psycopg.connect(sink_dsn, autocommit=True) as conn:
         conn.execute(

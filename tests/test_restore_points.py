@@ -326,3 +326,33 @@ def test_the_pipeline_page_lists_takes_restores_and_deletes_restore_points(
     ).content.decode()
     assert f"Restore point {point.pk} deleted." in text
     assert list(RestorePoint.objects.values_list("pk", flat=True)) == [kept.pk]
+
+
+@pytest.mark.django_db
+def test_a_restore_point_whose_files_are_gone_leaves_the_checkpoint_in_place(api, pipeline, store):
+    live(store, committed=2)
+    point = api.post("/api/pipelines/orders/restore-points/").json()
+    fake_checkpoint(store / "orders", committed=5)
+    row = RestorePoint.objects.get(pk=point["id"])
+    Path(row.path, "commits", "2").unlink()  # damaged since it was taken
+    response = api.post("/api/pipelines/orders/restore/", {"restore_point": row.pk}, format="json")
+    assert response.status_code == 409
+    assert response.json()["detail"] == (
+        f"restore point {row.pk}'s files are incomplete or gone ({row.path})"
+    )
+    assert checkpoints.read_checkpoint(store / "orders").last_committed.batch_id == 5
+    assert not (store / ".orders.restoring").exists()
+    assert list(RestorePoint.objects.values_list("kind", flat=True)) == ["manual"]
+
+
+@pytest.mark.django_db
+def test_retention_counts_per_kind(pipeline, store, settings):
+    settings.CONTROLPLANE_RESTORE_POINTS_KEEP = 2
+    orders = Pipeline.objects.get(name="orders")
+    now = timezone.now()
+    live(store)
+    restore_points.take(orders, kind="before-change", now=now - timedelta(hours=5))
+    for i in range(4):
+        restore_points.take(orders, kind="scheduled", now=now - timedelta(hours=4 - i))
+    kinds = list(RestorePoint.objects.values_list("kind", flat=True))
+    assert kinds == ["scheduled", "scheduled", "before-change"]  # not pushed out

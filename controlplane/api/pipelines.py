@@ -473,8 +473,9 @@ class PipelineViewSet(viewsets.ModelViewSet):
     def dead_letters_redrive(self, request, name: str | None = None) -> Response:
         """Produce the letters the `filters` match again, raw value as it was, to the topic
         each was read from (`"to": "source"`) or to a topic that exists on the source
-        cluster; the ones Kafka acknowledged leave the dead-letter table. Audited with the
-        reason (operators)."""
+        cluster; the ones Kafka acknowledged leave the dead-letter table (`error` says what
+        went wrong with the others). Audited with the reason (operators); 409 while another
+        redrive of the pipeline runs."""
         pipeline = self.get_object()
         body = DeadLetterRedriveSerializer(data=request.data or {})
         body.is_valid(raise_exception=True)
@@ -491,6 +492,8 @@ class PipelineViewSet(viewsets.ModelViewSet):
             )
         except dead_letters.BadFilter as exc:
             raise ValidationError({exc.field: [str(exc)]}) from None
+        except dead_letters.Busy as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         except dead_letters.Unavailable as exc:
             return self._unavailable(exc)
         return Response(outcome)

@@ -67,8 +67,8 @@ class PipelineSerializer(serializers.ModelSerializer):
         allow_null=True,
         min_value=1,
         max_value=24 * 60,
-        help_text="Roll a new spec version back to the last healthy one when it commits no"
-        " batch within this many minutes of its start while records wait, or fails"
+        help_text="Roll a new spec version back to the last healthy one when it runs this"
+        " many minutes without committing a batch while records wait that long, or fails"
         " repeatedly (null: never).",
     )
     last_failure = serializers.SerializerMethodField()

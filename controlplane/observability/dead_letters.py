@@ -103,7 +103,7 @@ def parse_filters(query) -> Filters:
             values[name] = moment
     for name in ("partition", "batch"):
         if raw := given(name):
-            if not raw.isdigit():
+            if not (raw.isascii() and raw.isdigit()):
                 raise BadFilter(name, f"{raw!r} is not a whole number")
             values[name] = int(raw)
     for name in ("error", "topic"):
@@ -123,7 +123,10 @@ def _moment(raw: str) -> datetime | None:
 
 def _sink_connection(pipeline: Pipeline) -> Connection:
     name = pipeline.spec["sink"]["connection"]
-    return pipeline.connections.get(name=name)
+    try:
+        return pipeline.connections.get(name=name)
+    except Connection.DoesNotExist:
+        raise Unavailable(f"the sink connection {name!r} is gone") from None
 
 
 def _connect(connection: Connection) -> psycopg.Connection:
@@ -230,6 +233,8 @@ def rows(pipeline: Pipeline, filters: Filters) -> Iterator[dict]:
                 yield _letter(row)
     except psycopg.errors.UndefinedTable:
         return
+    except psycopg.Error as exc:
+        raise Unavailable(f"the sink database: {exc}") from None
 
 
 def batches(pipeline: Pipeline, *, limit: int = 100) -> list[dict]:
@@ -308,22 +313,39 @@ def redrive(
     """Produce the chosen letters again (raw value, as it was) to `to` ("source": the topic
     each was read from; else a topic name that must exist on the source cluster) through
     the source connection, then delete those Kafka acknowledged; audited. At most
-    REDRIVE_LIMIT letters per call (`remaining` says how many are left)."""
-    from kafka import KafkaProducer
-    from kafka.errors import KafkaError
-
+    REDRIVE_LIMIT letters per call (`remaining` says how many are left). One redrive of a
+    pipeline at a time (Busy otherwise): a letter is never sent twice by two of them."""
     if to != "source":
         check_topic(to)
     source = pipeline.spec["source"]
-    kafka = pipeline.connections.get(name=source["connection"])
+    try:
+        kafka = pipeline.connections.get(name=source["connection"])
+    except Connection.DoesNotExist:
+        raise Unavailable(f"the source connection {source['connection']!r} is gone") from None
     config = kafka_client_config(kafka.settings, kafka.get_secrets())
+    with _connect(_sink_connection(pipeline)) as lock:
+        key = f"cp-redrive:{pipeline.name}"
+        if not lock.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [key]).fetchone()[0]:
+            raise Busy(f"a redrive of pipeline {pipeline.name!r} is running: try again after it")
+        # Held until this connection closes, at the end of the redrive.
+        return _redrive(pipeline, filters, to=to, config=config, user=user, reason=reason)
+
+
+class Busy(Exception):
+    """Another redrive of the pipeline is running (409)."""
+
+
+def _redrive(pipeline: Pipeline, filters: Filters, *, to, config, user, reason) -> dict:
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
     letters = []
     for letter in rows(pipeline, filters):
         letters.append(letter)
         if len(letters) >= REDRIVE_LIMIT:
             break
     if not letters:
-        return {"redriven": 0, "failed": 0, "remaining": 0, "to": to}
+        return {"redriven": 0, "failed": 0, "remaining": 0, "to": to, "error": None}
     # A redrive never creates a topic: the target (or each source topic) must exist.
     for topic in sorted({to} if to != "source" else {letter["topic"] for letter in letters}):
         _check_exists(config, topic)
@@ -335,16 +357,14 @@ def redrive(
             request_timeout_ms=15_000,
             max_block_ms=15_000,
         )
-    except KafkaError as exc:
+    except (KafkaError, RuntimeError) as exc:
         raise Unavailable(f"the source cluster: {exc}") from None
+    sent, error = [], None
     try:
-        sent = []
         for letter in letters:
+            origin = f"{letter['topic']}/{letter['partition']}/{letter['offset']}"
             headers = [
-                (
-                    "cp-redriven-from",
-                    f"{letter['topic']}/{letter['partition']}/{letter['offset']}".encode(),
-                ),
+                ("cp-redriven-from", origin.encode()),
                 ("cp-pipeline", pipeline.name.encode()),
                 ("cp-error", (letter["error"] or "")[:500].encode()),
             ]
@@ -356,18 +376,22 @@ def redrive(
             sent.append((letter, future))
         producer.flush(timeout=60)
     except KafkaError as exc:
-        raise Unavailable(f"the source cluster: {exc}") from None
+        error = f"the source cluster: {exc}"  # those acknowledged before it still count
     finally:
         producer.close(timeout=10)
-    done, failed = [], 0
-    for letter, future in sent:
-        if future.succeeded():
-            done.append(letter)
-        else:
-            failed += 1
-    _delete(pipeline, done)
-    remaining = count(pipeline, filters)
-    outcome = {"redriven": len(done), "failed": failed, "remaining": remaining, "to": to}
+    done = [letter for letter, future in sent if future.is_done and future.succeeded()]
+    outcome = {
+        "redriven": len(done),
+        "failed": len(letters) - len(done),
+        "remaining": 0,
+        "to": to,
+        "error": error,
+    }
+    try:
+        _delete(pipeline, done)
+        outcome["remaining"] = count(pipeline, filters)
+    except (psycopg.Error, Unavailable) as exc:
+        outcome["error"] = f"sent, but not removed from the dead-letter table: {exc}"
     AuditEntry.objects.create(
         **actor(user),
         action="dead-letters-redrive",
@@ -377,6 +401,8 @@ def redrive(
         before={"filters": _described(filters)},
         after=outcome,
     )
+    if outcome["error"] and not done:
+        raise Unavailable(outcome["error"])
     return outcome
 
 
@@ -386,13 +412,16 @@ def _check_exists(config: dict, topic: str) -> None:
 
     try:
         consumer = metadata_consumer({**config, "request_timeout_ms": 10_000})
-    except KafkaError as exc:
+    except (KafkaError, RuntimeError) as exc:
         raise Unavailable(f"the source cluster: {exc}") from None
     try:
-        if not consumer.partitions_for_topic(topic):
-            raise BadFilter("to", f"topic {topic!r} does not exist on the source cluster")
+        found = consumer.partitions_for_topic(topic)
+    except (KafkaError, RuntimeError) as exc:
+        raise Unavailable(f"the source cluster: {exc}") from None
     finally:
         consumer.close()
+    if not found:
+        raise BadFilter("to", f"topic {topic!r} does not exist on the source cluster")
 
 
 def _described(filters: Filters) -> dict:
@@ -420,19 +449,23 @@ def _delete(pipeline: Pipeline, letters: list[dict]) -> None:
 def purge(now: datetime) -> int:
     """Delete letters older than the retention, for every pipeline; how many went."""
     older = now - timedelta(days=settings.CONTROLPLANE_DEAD_LETTER_RETENTION_DAYS)
-    by_connection: dict[str, list[str]] = defaultdict(list)
-    for pipeline in Pipeline.objects.only("name", "spec"):
-        if name := ((pipeline.spec or {}).get("sink") or {}).get("connection"):
-            by_connection[name].append(pipeline.name)
+    # This control plane's pipelines, and those it deleted (their letters age out too), in
+    # every Postgres connection's database (a deleted pipeline's sink is not known).
+    names = set(Pipeline.objects.values_list("name", flat=True))
+    names |= set(
+        AuditEntry.objects.filter(action="delete")
+        .exclude(pipeline_name="")
+        .values_list("pipeline_name", flat=True)
+    )
     gone = 0
-    for connection in Connection.objects.filter(name__in=list(by_connection), kind="postgres"):
+    for connection in Connection.objects.filter(kind="postgres"):
         try:
             with _connect(connection) as conn:
                 gone += conn.execute(
                     sql.SQL("DELETE FROM {} WHERE pipeline = ANY(%s) AND received_at < %s").format(
                         TABLE
                     ),
-                    [by_connection[connection.name], older],
+                    [sorted(names), older],
                 ).rowcount
         except psycopg.errors.UndefinedTable:
             continue

@@ -104,7 +104,7 @@ def dead_letter_redrive(request, name: str):
     except dead_letters.BadFilter as exc:
         messages.error(request, f"Not redriven: {exc.field}: {exc}.")
         return redirect(back)
-    except dead_letters.Unavailable as exc:
+    except (dead_letters.Unavailable, dead_letters.Busy) as exc:
         messages.error(request, f"Not redriven: {exc}.")
         return redirect(back)
     where = "their source topics" if outcome["to"] == "source" else f"topic {outcome['to']}"
@@ -113,5 +113,7 @@ def dead_letter_redrive(request, name: str):
         text += f"; {outcome['failed']} not acknowledged by Kafka (kept)"
     if outcome["remaining"]:
         text += f"; {outcome['remaining']} more match (redrive again)"
+    if outcome["error"]:
+        text += f"; {outcome['error']}"
     messages.success(request, text + ".")
     return redirect(back)

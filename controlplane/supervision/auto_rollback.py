@@ -18,6 +18,7 @@ from controlplane.definitions.models import (
     Pipeline,
     PipelineFigures,
     Run,
+    RunState,
     Status,
 )
 from jobs.spec import SpecError
@@ -33,16 +34,18 @@ def facts(pipeline: Pipeline) -> deploys.VersionFacts | None:
     if first is None:
         return None
     last = Run.objects.filter(pipeline=pipeline).order_by("-generation").first()
-    figures = PipelineFigures.objects.filter(pipeline=pipeline).only("lag_records").first()
+    figures = PipelineFigures.objects.filter(pipeline=pipeline).only("lag_seconds").first()
+    running = last.state == RunState.RUNNING and last.spec_version == pipeline.version
     return deploys.VersionFacts(
         version=pipeline.version,
-        started_at=first.started_at,
+        started=first.started_at is not None,
         committed=runs.filter(last_batch_id__isnull=False).exists(),
         failures=Failure.objects.filter(
             pipeline=pipeline, run__spec_version=pipeline.version
         ).count(),
         gave_up=pipeline.status == Status.FAILED and last.spec_version == pipeline.version,
-        waiting_records=figures.lag_records if figures else None,
+        running_since=last.started_at if running else None,
+        waiting_seconds=figures.lag_seconds if figures else None,
     )
 
 

@@ -43,6 +43,15 @@ def committed(pipeline: Pipeline) -> dict:
 
 def resolve(pipeline: Pipeline, to) -> dict[str, dict[str, int]]:
     """The target as explicit offsets for every partition of the pipeline's topics."""
+    from kafka.errors import KafkaError
+
+    try:
+        return _resolve(pipeline, to)
+    except (KafkaError, RuntimeError) as exc:  # SaslLoginError is a RuntimeError
+        raise Refused(f"the source cluster did not answer: {exc}") from None
+
+
+def _resolve(pipeline: Pipeline, to) -> dict[str, dict[str, int]]:
     from kafka import TopicPartition
 
     source = pipeline.spec["source"]

@@ -156,15 +156,27 @@ def take(
     spec_version: int | None = None,
 ) -> RestorePoint:
     """A restore point of the pipeline's checkpoint as of its last committed batch, taken
-    while it runs or not (audited unless scheduled); Refused if nothing was committed yet."""
+    while it runs or not (audited unless scheduled); Refused if nothing was committed yet.
+    Under the pipeline's row lock: no restore, offsets reset or deletion moves the
+    checkpoint while it is copied."""
+    with transaction.atomic():
+        Pipeline.objects.select_for_update().filter(pk=pipeline.pk).first()
+        point = _take(pipeline, kind=kind, user=user, reason=reason, now=now, version=spec_version)
+    prune(pipeline.name, now)
+    return point
+
+
+def _take(pipeline: Pipeline, *, kind, user, reason, now, version) -> RestorePoint:
     folder = _folder(pipeline.name, kind, now)
-    copied = checkpoints.copy_committed(checkpoint_dir(pipeline), folder)
+    try:
+        copied = checkpoints.copy_committed(checkpoint_dir(pipeline), folder)
+    except OSError as exc:
+        raise Refused(f"the checkpoint could not be copied: {exc}") from None
     if copied is None:
         raise Refused(
             f"pipeline {pipeline.name!r} has no committed batch yet: nothing to restore to"
         )
-    if spec_version is None:
-        spec_version = _last_spec_version(pipeline)
+    spec_version = version if version is not None else _last_spec_version(pipeline)
     point = _record(
         pipeline,
         pipeline.name,
@@ -187,7 +199,6 @@ def take(
             kind=kind,
             last_batch_id=point.last_batch_id,
         )
-    prune(pipeline.name, now)
     return point
 
 
@@ -234,13 +245,20 @@ def restore(pipeline: Pipeline, point_id: int, *, user, reason: str, now: dateti
     current checkpoint kept as a restore point); audited. Refused while it runs."""
     with transaction.atomic():
         locked = Pipeline.objects.select_for_update().get(pk=pipeline.pk)
-        point = RestorePoint.objects.filter(pk=point_id, pipeline_name=locked.name).first()
+        point = (
+            RestorePoint.objects.select_for_update()  # retention passes over it meanwhile
+            .filter(pk=point_id, pipeline_name=locked.name)
+            .first()
+        )
         if point is None:
             raise LookupError(f"pipeline {locked.name!r} has no restore point {point_id}")
         ensure_at_rest(locked)
-        if not Path(point.path, "offsets").is_dir():
-            raise Refused(f"restore point {point_id}'s files are gone ({point.path})")
         before = checkpoints.read_checkpoint(checkpoint_dir(locked), history=0, sizes=False)
+        # The restored copy is made complete first; only then is the current checkpoint
+        # moved aside, and moved back if the copy cannot take its place.
+        target = checkpoint_dir(locked)
+        partial = target.with_name(f".{target.name}.restoring")
+        query_id = _restored_copy(point, partial)
         kept = set_aside(
             locked,
             kind=RestorePointKind.BEFORE_RESTORE,
@@ -248,13 +266,14 @@ def restore(pipeline: Pipeline, point_id: int, *, user, reason: str, now: dateti
             reason=f"replaced by restore point {point_id}",
             now=now,
         )
-        target = checkpoint_dir(locked)
-        partial = target.with_name(f".{target.name}.restoring")
-        if partial.exists():
-            shutil.rmtree(partial)
-        checkpoints.link_tree(Path(point.path), partial)
-        query_id = checkpoints.new_query_id(partial)
-        partial.rename(target)
+        try:
+            partial.rename(target)
+        except OSError as exc:
+            if kept is not None:
+                shutil.move(kept.path, str(target))
+                kept.delete()
+            shutil.rmtree(partial, ignore_errors=True)
+            raise Refused(f"the restored checkpoint could not be put in place: {exc}") from None
         Pipeline.objects.filter(pk=locked.pk).update(offsets_reset=None)
         done = {
             "restore_point": point.pk,
@@ -281,6 +300,24 @@ def restore(pipeline: Pipeline, point_id: int, *, user, reason: str, now: dateti
     return done
 
 
+def _restored_copy(point: RestorePoint, partial: Path) -> str:
+    """The restore point's files linked at `partial`, checked complete, with a new query id
+    (returned); Refused, with nothing left behind, if that cannot be done."""
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        checkpoints.link_tree(Path(point.path), partial)
+        copied = checkpoints.read_checkpoint(partial, history=0, sizes=False)
+        last = copied.last_committed.batch_id if copied and copied.last_committed else None
+        if last != point.last_batch_id:
+            raise Refused(f"restore point {point.pk}'s files are incomplete or gone ({point.path})")
+        return checkpoints.new_query_id(partial)
+    except BaseException as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise Refused(f"restore point {point.pk} could not be copied: {exc}") from None
+        raise
+
+
 def delete(point: RestorePoint, *, user, reason: str = "") -> None:
     """Delete one restore point and its files (audited)."""
     _audit(
@@ -302,14 +339,25 @@ def _remove(point: RestorePoint) -> None:
 
 
 def prune(name: str, now: datetime) -> int:
-    """Apply retention to one pipeline name's restore points (count and age; the newest is
-    always kept); how many were deleted."""
+    """Apply retention to one pipeline name's restore points: the newest KEEP of each kind,
+    none older than the age limit, the newest one always; how many were deleted."""
     keep = settings.CONTROLPLANE_RESTORE_POINTS_KEEP
     oldest = now - timedelta(days=settings.CONTROLPLANE_RESTORE_POINTS_MAX_AGE_DAYS)
-    points = list(RestorePoint.objects.filter(pipeline_name=name).order_by("-created_at", "-id"))
-    gone = [p for i, p in enumerate(points) if i > 0 and (i >= keep or p.created_at < oldest)]
-    for point in gone:
-        _remove(point)
+    with transaction.atomic():
+        points = list(
+            RestorePoint.objects.select_for_update(skip_locked=True)  # not one being restored
+            .filter(pipeline_name=name)
+            .order_by("-created_at", "-id")
+        )
+        seen: dict[str, int] = {}
+        gone = []
+        for point in points:
+            # Per kind: scheduled points never push out the one taken before a change.
+            rank = seen[point.kind] = seen.get(point.kind, -1) + 1
+            if point is not points[0] and (rank >= keep or point.created_at < oldest):
+                gone.append(point)
+        for point in gone:
+            _remove(point)
     return len(gone)
 
 
@@ -319,7 +367,15 @@ def after_delete(
     """A pipeline was deleted (definitions.services.pipeline_deleted): its checkpoint becomes
     its name's last restore point and the other restore points go, so that a pipeline
     created again under the name starts afresh and can be restored to where this one was;
-    with `keep_restore_point` False, all of them go, and the checkpoint too."""
+    with `keep_restore_point` False, all of them go, and the checkpoint too. Runs once the
+    deletion has committed: a failure is logged, never raised."""
+    try:
+        _after_delete(name, spec_version, keep_restore_point, user)
+    except Exception:
+        log.exception("pipeline %s: its checkpoint was not kept after its deletion", name)
+
+
+def _after_delete(name: str, spec_version, keep_restore_point: bool, user) -> None:
     now = timezone.now()
     kept = None
     if keep_restore_point:
