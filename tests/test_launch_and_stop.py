@@ -216,9 +216,10 @@ def test_a_driver_killed_while_its_batch_transaction_is_open_loses_and_duplicate
 def test_a_driver_killed_again_and_again_under_load_comes_back_and_loses_nothing(
     api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, job_dirs, reader
 ):
-    """kill -9 the Spark driver (the JVM) three times while records keep arriving: each time
-    the supervisor reports the death, the policy restarts it, and in the end every record is
-    in the sink exactly once."""
+    """kill -9 the Spark driver (the JVM) twice while records keep arriving: each time the
+    supervisor reports the death, the policy restarts it, and in the end every record is in
+    the sink exactly once. (Twice, not more: each restart is a 20-30 s cold start of a
+    dedicated driver, and the suite's time is budgeted.)"""
     topic, table = new_pipeline(
         api,
         kafka_bootstrap,
@@ -240,7 +241,7 @@ def test_a_driver_killed_again_and_again_under_load_comes_back_and_loses_nothing
 
     produce_more(200)
     api.post("/api/pipelines/again/start/")
-    for kill in range(3):
+    for kill in range(2):
         reconcile_until(
             "again", lambda: count(sink_dsn, table)[0] >= produced, 150, f"catch-up {kill}"
         )
@@ -264,7 +265,7 @@ def test_a_driver_killed_again_and_again_under_load_comes_back_and_loses_nothing
     reconcile_until("again", lambda: count(sink_dsn, table)[0] >= produced, 150, "the end")
     assert count(sink_dsn, table) == (produced, produced)
     pipeline = Pipeline.objects.get(name="again")
-    assert (pipeline.restarts, pipeline.failures.count()) == (3, 3)
+    assert (pipeline.restarts, pipeline.failures.count()) == (2, 2)
     api.post("/api/pipelines/again/stop/")
     reconcile_until(
         "again", lambda: Pipeline.objects.get(name="again").status == "stopped", 120, "stop"
