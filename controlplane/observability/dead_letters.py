@@ -30,7 +30,7 @@ from psycopg import sql
 
 from controlplane.connections.models import Connection
 from controlplane.connections.policy import postgres_connect_arguments
-from controlplane.definitions.audit import actor
+from controlplane.definitions import audit
 from controlplane.definitions.models import AuditEntry, Pipeline
 from jobs.connections import kafka_client_config
 from jobs.kafka.metadata import metadata_consumer
@@ -392,11 +392,10 @@ def _redrive(pipeline: Pipeline, filters: Filters, *, to, config, user, reason) 
         outcome["remaining"] = count(pipeline, filters)
     except (psycopg.Error, Unavailable) as exc:
         outcome["error"] = f"sent, but not removed from the dead-letter table: {exc}"
-    AuditEntry.objects.create(
-        **actor(user),
-        action="dead-letters-redrive",
-        pipeline=pipeline,
-        pipeline_name=pipeline.name,
+    audit.record_with(
+        pipeline,
+        "dead-letters-redrive",
+        user=user,
         reason=reason,
         before={"filters": _described(filters)},
         after=outcome,

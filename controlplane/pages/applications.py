@@ -22,6 +22,8 @@ from controlplane.definitions.models import (
 )
 from controlplane.supervision import hosts
 
+from . import detail
+
 CONTROLS = [
     # action, label, what it does (shown in the confirmation)
     (
@@ -117,8 +119,7 @@ def application_control(request, name: str, action: str):
     if action not in CONTROL_NAMES:
         raise Http404(f"no action {action!r}")
     reason = request.POST.get("reason", "").strip()[:500]
-    if request.POST.get("confirm") != app.name:
-        messages.error(request, f"Not done: type the application's name ({app.name}) to confirm.")
+    if not detail.confirmed(request, app.name, refusal="Not done", kind="application"):
         return redirect("application", name=name)
     try:
         controls.act(app, action, user=request.user, reason=reason, now=timezone.now())

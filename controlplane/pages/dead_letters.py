@@ -19,6 +19,8 @@ from controlplane.accounts.roles import OPERATOR
 from controlplane.definitions.models import Pipeline
 from controlplane.observability import dead_letters
 
+from . import detail
+
 PAGE = 50
 SHOWN = 2048  # bytes of a raw value shown on the page (the download has all)
 FILTERS = ("error", "since", "until", "topic", "partition", "batch")
@@ -86,10 +88,7 @@ def dead_letter_redrive(request, name: str):
     pipeline = get_object_or_404(Pipeline, name=name)
     given = {k: request.POST.get(k, "").strip() for k in FILTERS if request.POST.get(k, "")}
     back = reverse("pipeline-dead-letters", args=[name]) + (f"?{urlencode(given)}" if given else "")
-    if request.POST.get("confirm") != pipeline.name:
-        messages.error(
-            request, f"Not redriven: type the pipeline's name ({pipeline.name}) to confirm."
-        )
+    if not detail.confirmed(request, pipeline.name, refusal="Not redriven"):
         return redirect(back)
     to = "source" if request.POST.get("target") != "topic" else request.POST.get("topic_to", "")
     try:

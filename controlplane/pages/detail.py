@@ -6,6 +6,8 @@ import difflib
 import json
 from datetime import datetime
 
+from django.contrib import messages
+
 from controlplane.definitions.models import Pipeline, Status
 
 CONTROLS = [
@@ -22,6 +24,15 @@ CONTROLS = [
 CONTROL_NAMES = {c[0] for c in CONTROLS}
 # Actions that lose the batch in flight or keep a pipeline down: shown apart, in red.
 DANGEROUS = {"kill", "suspend", "stop"}
+
+
+def confirmed(request, name: str, *, refusal: str, kind: str = "pipeline") -> bool:
+    """Whether a dangerous form was confirmed by typing `name`; if not, a message says so
+    (starting with `refusal`, e.g. "Not restored")."""
+    if request.POST.get("confirm") == name:
+        return True
+    messages.error(request, f"{refusal}: type the {kind}'s name ({name}) to confirm.")
+    return False
 
 
 def restart_progress(pipeline: Pipeline, now: datetime) -> dict:

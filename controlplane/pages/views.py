@@ -145,10 +145,7 @@ def pipeline_offsets_reset(request, name: str):
     """Reset a stopped pipeline's offsets from the page (confirmed by name, with a reason)."""
     pipeline = get_object_or_404(Pipeline, name=name)
     back = reverse("pipeline", args=[name]) + "#offsets"
-    if request.POST.get("confirm") != pipeline.name:
-        messages.error(
-            request, f"Not reset: type the pipeline's name ({pipeline.name}) to confirm."
-        )
+    if not detail.confirmed(request, pipeline.name, refusal="Not reset"):
         return redirect(back)
     kind = request.POST.get("to", "")
     to: object = kind
@@ -219,8 +216,7 @@ def pipeline_control(request, name: str, action: str):
     if action not in detail.CONTROL_NAMES:
         raise Http404(f"no action {action!r}")
     reason = request.POST.get("reason", "").strip()[:500]
-    if request.POST.get("confirm") != pipeline.name:
-        messages.error(request, f"Not done: type the pipeline's name ({pipeline.name}) to confirm.")
+    if not detail.confirmed(request, pipeline.name, refusal="Not done"):
         return redirect("pipeline", name=name)
     try:
         controls.act(pipeline, action, user=request.user, reason=reason, now=timezone.now())
@@ -355,10 +351,7 @@ def restore_point_delete(request, name: str, point: int):
 def pipeline_restore(request, name: str):
     """Restore a stopped pipeline to a restore point (confirmed by name, with a reason)."""
     pipeline = get_object_or_404(Pipeline, name=name)
-    if request.POST.get("confirm") != pipeline.name:
-        messages.error(
-            request, f"Not restored: type the pipeline's name ({pipeline.name}) to confirm."
-        )
+    if not detail.confirmed(request, pipeline.name, refusal="Not restored"):
         return redirect(reverse("pipeline", args=[name]) + "#restore-points")
     try:
         point = int(request.POST.get("restore_point", ""))

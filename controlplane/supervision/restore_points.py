@@ -12,8 +12,8 @@
   gives it a new query id: the batches after the restore point are read again and written
   again (an upsert sink ends as if nothing had moved; an append sink gets those rows twice),
   never skipped as batches the old query had written under the same numbers.
-* Kept per pipeline name (`prune`): the newest CONTROLPLANE_RESTORE_POINTS_KEEP, none older
-  than CONTROLPLANE_RESTORE_POINTS_MAX_AGE_DAYS, the newest always; a deleted pipeline's
+* Kept per pipeline name (`prune`): the newest CONTROLPLANE_RESTORE_POINTS_KEEP of each kind,
+  none older than CONTROLPLANE_RESTORE_POINTS_MAX_AGE_DAYS, the newest always; a deleted pipeline's
   newest one stays (unless its deletion said not to), for a pipeline of the same name.
 
 Files live under `<checkpoint root>/_restore_points/<pipeline>/`, on the checkpoint's file
@@ -284,11 +284,10 @@ def restore(pipeline: Pipeline, point_id: int, *, user, reason: str, now: dateti
             "kept_restore_point": kept.pk if kept else None,
         }
         last = before.last_committed if before else None
-        AuditEntry.objects.create(
-            **audit.actor(user),
-            action="restore",
-            pipeline=locked,
-            pipeline_name=locked.name,
+        audit.record_with(
+            locked,
+            "restore",
+            user=user,
             reason=reason,
             before={
                 "last_batch_id": last.batch_id if last else None,
