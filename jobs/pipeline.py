@@ -50,6 +50,8 @@ class RunConfig:
     # queries are the parallelism, and splitting each small batch into one task per slot
     # multiplies its fixed cost (a task, a Postgres transaction and marker) by the slots.
     default_partitions: int | None = None
+    # The sink's Kafka client arguments (a Kafka sink), secrets included.
+    sink_kafka: dict[str, Any] | None = None
 
     @classmethod
     def load(cls, path: str | Path) -> RunConfig:
@@ -62,6 +64,7 @@ class RunConfig:
             checkpoint=data["checkpoint"],
             run_dir=data.get("run_dir") or str(Path(path).parent),
             control_plane=data.get("control_plane"),
+            sink_kafka=data.get("sink_kafka"),
         )
 
     def kafka_config_file(self) -> str:
@@ -202,13 +205,7 @@ class BatchWriter:
         # so a replayed batch puts every key where it went the first time.
         self.partitions = partitions
         spec = config.spec
-        self.sink = PostgresSink(
-            config.postgres,
-            pipeline=config.pipeline,
-            table=spec.sink.table,
-            mode=spec.sink.mode,
-            key=spec.sink.key,
-        )
+        self.sink = self._sink()
         self.tables_ready = False
         self.jvm = None  # a JvmWriter, when the executors' JVM can write (set with the tables)
         self._one_pass = None  # the one-pass frame's columns, built once
@@ -219,6 +216,16 @@ class BatchWriter:
         from .spec.ddl import parse_schema
 
         self.columns = [f.name for f in parse_schema(spec.source.schema).fields]
+
+    def _sink(self):
+        sink = self.config.spec.sink
+        return PostgresSink(
+            self.config.postgres,
+            pipeline=self.config.pipeline,
+            table=sink.table,
+            mode=sink.mode,
+            key=sink.key,
+        )
 
     def one_pass_columns(self) -> list:
         """A flag, the raw record only where it did not parse (the dead letter), and the
@@ -466,6 +473,71 @@ class BatchWriter:
         return sum(r.rows for r in written), "direct" if direct else "staged"
 
 
+class KafkaBatchWriter(BatchWriter):
+    """The foreachBatch function of a Kafka sink (jobs.sinks.kafka): every task writes its
+    partition's records in a Kafka transaction with its marker. Without a transform, a
+    partition's dead letters go in the same transaction; with one, the records that did not
+    parse are counted while the transform runs and, when there are some, read again and
+    written to the dead-letter topic, partition by partition with markers of their own."""
+
+    def _sink(self):
+        return self.config.spec.sink
+
+    def __call__(self, parsed, batch_id: int) -> None:
+        from .sinks import kafka
+
+        if not self.tables_ready:
+            sink = self.sink
+            kafka.check_topics(self.config.sink_kafka or {}, [sink.topic, sink.dead_letter_topic])
+            self.stream = stream_id(self.config.checkpoint)
+            self.kafka = kafka.KafkaWriter(
+                parsed.sparkSession,
+                pipeline=self.config.pipeline,
+                sink=sink,
+                client=self.config.sink_kafka or {},
+            )
+            self.records = kafka.RecordColumns(sink)
+            self.tables_ready = True
+        dead_columns = [f"_cp_{c}" for c in DEAD_LETTER_FIELDS]
+        if self.config.spec.transform is None:
+            batch = parsed.select(*self.one_pass_columns())
+            frame = batch.select(
+                BAD, *dead_columns, *self.records.columns(batch, self.columns)
+            )
+            rows, dead = self.kafka.write(
+                frame,
+                batch_id,
+                self.stream,
+                bad_column=BAD,
+                dead_letter_columns=dead_columns,
+                parse_error=self.parse_error,
+                empty_value_error=EMPTY_VALUE,
+            )
+            log.info("batch %s: %s records, %s dead letters (Kafka)", batch_id, rows, dead)
+            return
+        name, out = self.output(parsed, batch_id)
+        if self._plan is None:
+            kafka.check_plan(out)
+            self._plan = {"columns": list(out.columns)}
+        frame = out.select(*self.records.columns(out, self._plan["columns"]))
+        rows, _ = self.kafka.write(frame, batch_id, self.stream)
+        unparsed = observed_count(frame, name)
+        dead = 0
+        if unparsed != 0:  # None (not reported): read them to be safe
+            letters = parsed.select(*self.one_pass_columns()).where(BAD)
+            _, dead = self.kafka.write(
+                letters.select(BAD, *dead_columns),
+                batch_id,
+                self.stream,
+                part="dead.",
+                bad_column=BAD,
+                dead_letter_columns=dead_columns,
+                parse_error=self.parse_error,
+                empty_value_error=EMPTY_VALUE,
+            )
+        log.info("batch %s: %s records, %s dead letters (Kafka)", batch_id, rows, dead)
+
+
 def stream_id(checkpoint: str) -> str:
     """The query id Spark keeps in the checkpoint: the same across restarts of one
     checkpoint, new for a new one. Commit markers are scoped by it."""
@@ -598,6 +670,10 @@ def for_jvm(frame, only=None):
 ARROW_SESSION_CONF = {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1)}
 
 
+def writer_class(config: RunConfig) -> type[BatchWriter]:
+    return KafkaBatchWriter if config.spec.sink.kind == "kafka" else BatchWriter
+
+
 def start_query(spark, config: RunConfig, *, available_now: bool = False):
     for key, value in ARROW_SESSION_CONF.items():
         spark.conf.set(key, value)
@@ -611,7 +687,7 @@ def start_query(spark, config: RunConfig, *, available_now: bool = False):
     writer = (
         parsed_frame(raw, config.spec)
         .writeStream.queryName(config.pipeline)
-        .foreachBatch(BatchWriter(config, partitions=pin.min_partitions))
+        .foreachBatch(writer_class(config)(config, partitions=pin.min_partitions))
         .option("checkpointLocation", config.checkpoint)
     )
     if available_now:

@@ -122,13 +122,15 @@ def run_config(pipeline: Pipeline, run: Run, run_dir: Path, token: str) -> dict:
         spec = {**spec, "source": {**spec["source"], "starting_offsets": reset}}
     source = pipeline.connections.get(name=spec["source"]["connection"])
     sink = pipeline.connections.get(name=spec["sink"]["connection"])
+    kafka_sink = spec["sink"].get("kind") == "kafka"
     return {
         "pipeline": pipeline.name,
         "generation": run.generation,
         "spec_version": run.spec_version,
         "spec": spec,
         "kafka": kafka_client_config(source.settings, source.get_secrets()),
-        "postgres": sink_conninfo(sink),
+        "postgres": {} if kafka_sink else sink_conninfo(sink),
+        "sink_kafka": kafka_client_config(sink.settings, sink.get_secrets()) if kafka_sink else None,
         "checkpoint": str(settings.CONTROLPLANE_CHECKPOINT_ROOT / pipeline.name),
         "run_dir": str(run_dir),
         "control_plane": {

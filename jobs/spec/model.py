@@ -81,6 +81,31 @@ class PostgresSink:
 
 
 @dataclass(frozen=True)
+class KafkaSink:
+    """Each Spark task writes its records in one Kafka transaction with its commit marker
+    (jobs.sinks.kafka): exactly once for `read_committed` consumers."""
+
+    connection: str
+    topic: str
+    # Spark SQL expressions over the output columns: the record key (none: no key), the value
+    # (none: every output column, as a JSON object), and headers by name.
+    key: str | None = None
+    value: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    format: Literal["json"] = "json"
+    # Records that do not parse, as they arrived (the canonical form names the default,
+    # "<topic>.dead-letters"); the topic must exist, like `topic`.
+    dead_letter_topic: str | None = None
+    # How long a partition's transaction may stay open before the broker aborts it (a killed
+    # writer's transaction holds `read_committed` readers back until its restart or this).
+    transaction_timeout_seconds: int = 120
+    kind: Literal["kafka"] = "kafka"
+
+
+Sink = PostgresSink | KafkaSink
+
+
+@dataclass(frozen=True)
 class Trigger:
     interval_seconds: float = 1.0
 
@@ -122,7 +147,7 @@ RestartPolicy = FixedDelay | FailureRate | ExponentialDelay | NoRestart
 @dataclass(frozen=True)
 class PipelineSpec:
     source: KafkaSource
-    sink: PostgresSink
+    sink: Sink
     transform: Transform | None = None
     trigger: Trigger = field(default_factory=Trigger)
     restart_policy: RestartPolicy = field(default_factory=ExponentialDelay)

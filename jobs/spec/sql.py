@@ -127,6 +127,38 @@ def check_transform_sql(
         )
 
 
+_EXPRESSION_ALIAS = "_cp_expression"
+_LINE = re.compile(r"\bline (\d+)")
+_TRANSFORM_WORDS = re.compile(r"^transform (SQL )?")
+
+
+def check_expression(
+    text: str, *, source_view: str = "source", columns: Sequence[str] | None = None
+) -> None:
+    """Raise SQLError unless ``text`` is one Spark SQL expression over the columns of
+    ``source_view`` (a sink's key, value or header), under the same rules as a transform:
+    every function it calls on the allow-list, no table but the view. Its problems are
+    described with the expression's own line numbers."""
+    if not text.strip():
+        raise SQLError("is empty: expected an expression such as upper(name)")
+    # The text on lines of its own, so that a -- comment in it ends with its line.
+    sql = f"SELECT (\n{text}\n) AS {_EXPRESSION_ALIAS} FROM {source_view}"  # noqa: S608
+    try:
+        check_transform_sql(sql, source_view=source_view, columns=columns)
+        statement = _parse(sql, source_view)[0]
+    except SQLError as exc:
+        message = _LINE.sub(lambda m: f"line {max(1, int(m.group(1)) - 1)}", str(exc))
+        raise SQLError(_TRANSFORM_WORDS.sub("", message)) from None
+    clauses = ("where", "group", "having", "order", "limit", "joins", "qualify", "windows")
+    if (
+        not isinstance(statement, exp.Select)
+        or len(statement.expressions) != 1
+        or statement.expressions[0].alias != _EXPRESSION_ALIAS
+        or any(statement.args.get(clause) for clause in clauses)
+    ):
+        raise SQLError("must be one SQL expression, such as concat(a, '-', b)")
+
+
 # --------------------------------------------------------------------------------------------
 # Parsing
 

@@ -18,6 +18,7 @@ from .model import (
     ExponentialDelay,
     FailureRate,
     FixedDelay,
+    KafkaSink,
     KafkaSource,
     NoRestart,
     PipelineSpec,
@@ -25,7 +26,7 @@ from .model import (
     Transform,
     Trigger,
 )
-from .sql import SQLError, check_transform_sql
+from .sql import SQLError, check_expression, check_transform_sql
 
 # Postgres identifiers we create and quote ourselves: lower case, no quoting surprises, < 64 bytes.
 IDENTIFIER_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -392,17 +393,23 @@ def _parse_transform(
     return Transform(sql=sql.strip())
 
 
+SINK_KINDS = ("postgres", "kafka")
+
+
 def _parse_sink(
     errors: list[FieldError],
     data: Any,
     connections: Mapping[str, str] | None,
     source: KafkaSource | None,
     transform: Transform | None,
-) -> PostgresSink | None:
+) -> PostgresSink | KafkaSink | None:
     if data is None:
         return None
+    kind = data.get("kind", "postgres") if isinstance(data, Mapping) else None
+    if kind == "kafka":
+        return _parse_kafka_sink(errors, data, connections, source, transform)
     s = Section(errors, "sink", data, _names(PostgresSink))
-    s.string("kind", "postgres", choices=("postgres",))
+    s.string("kind", "postgres", choices=SINK_KINDS)
     connection = s.string("connection")
     _check_connection(s, connection, "postgres", connections)
     table = s.string("table")
@@ -440,6 +447,101 @@ def _parse_sink(
     if not s.ok:
         return None
     return PostgresSink(connection=connection, table=table, mode=mode, key=tuple(key))
+
+
+MAX_TRANSACTION_TIMEOUT_SECONDS = 900  # the broker's default transaction.max.timeout.ms
+HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+RESERVED_HEADER_PREFIX = "cp-"
+
+
+def _parse_kafka_sink(
+    errors: list[FieldError],
+    data: Mapping[str, Any],
+    connections: Mapping[str, str] | None,
+    source: KafkaSource | None,
+    transform: Transform | None,
+) -> KafkaSink | None:
+    s = Section(errors, "sink", data, _names(KafkaSink))
+    connection = s.string("connection")
+    _check_connection(s, connection, "kafka", connections)
+    topic = _topic(s, "topic")
+    dead_letter_topic = _topic(s, "dead_letter_topic", None)
+    if topic is not None and dead_letter_topic is None:
+        dead_letter_topic = f"{topic}.dead-letters"[:249]
+    if topic is not None and topic == dead_letter_topic:
+        s.error("dead_letter_topic", "must not be the sink's topic")
+    if source is not None and connection == source.connection:
+        for name, value in (("topic", topic), ("dead_letter_topic", dead_letter_topic)):
+            if value in source.topics:
+                s.error(name, f"{value!r} is a source topic: the pipeline would read its output")
+    fmt = s.string("format", "json", choices=("json",))
+    # Without a transform the output columns are the source schema's (with one, Spark tells).
+    columns = None
+    if source is not None and transform is None:
+        columns = [f.name for f in parse_schema(source.schema).fields]
+    key = _expression(s, "key", columns)
+    value = _expression(s, "value", columns)
+    headers = s.get("headers", {})
+    if not isinstance(headers, Mapping):
+        s.error("headers", "must map header names to SQL expressions")
+        headers = {}
+    for name, expression in headers.items():
+        where = f"headers.{name}"
+        if not HEADER_NAME_RE.match(str(name)):
+            s.error(where, "header names are 1-128 letters, digits, '.', '_' or '-'")
+        elif str(name).lower().startswith(RESERVED_HEADER_PREFIX):
+            s.error(where, "header names starting with cp- are reserved for the control plane")
+        elif not isinstance(expression, str):
+            s.error(where, "must be a SQL expression (a string)")
+        else:
+            try:
+                check_expression(expression, columns=columns)
+            except SQLError as exc:
+                s.error(where, str(exc))
+    timeout = s.integer(
+        "transaction_timeout_seconds",
+        KafkaSink.transaction_timeout_seconds,
+        minimum=10,
+        maximum=MAX_TRANSACTION_TIMEOUT_SECONDS,
+    )
+    if not s.ok:
+        return None
+    return KafkaSink(
+        connection=connection,
+        topic=topic,
+        key=key,
+        value=value,
+        headers={str(k): v.strip() for k, v in headers.items()},
+        format=fmt,
+        dead_letter_topic=dead_letter_topic,
+        transaction_timeout_seconds=timeout,
+    )
+
+
+def _topic(s: Section, name: str, default: Any = _MISSING) -> str | None:
+    topic = s.string(name, default)
+    if topic is not None and (not TOPIC_RE.match(topic) or topic in {".", ".."}):
+        s.error(name, f"{topic!r} is not a valid Kafka topic name")
+        return None
+    if topic is not None and topic.startswith("__"):
+        s.error(name, f"{topic!r}: topics starting with __ are Kafka's own")
+        return None
+    return topic
+
+
+def _expression(s: Section, name: str, columns: list[str] | None) -> str | None:
+    text = s.get(name, None)
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        s.error(name, "must be a SQL expression (a string)")
+        return None
+    try:
+        check_expression(text, columns=columns)
+    except SQLError as exc:
+        s.error(name, str(exc))
+        return None
+    return text.strip()
 
 
 # Schemas that belong to Postgres itself: a sink never writes there.
