@@ -501,9 +501,7 @@ class KafkaBatchWriter(BatchWriter):
         dead_columns = [f"_cp_{c}" for c in DEAD_LETTER_FIELDS]
         if self.config.spec.transform is None:
             batch = parsed.select(*self.one_pass_columns())
-            frame = batch.select(
-                BAD, *dead_columns, *self.records.columns(batch, self.columns)
-            )
+            frame = batch.select(BAD, *dead_columns, *self.records.columns(batch, self.columns))
             rows, dead = self.kafka.write(
                 frame,
                 batch_id,

@@ -247,3 +247,25 @@ def test_a_deleted_pipelines_letters_are_purged_too(api, letters, sink_dsn, sett
     settings.CONTROLPLANE_DEAD_LETTER_RETENTION_DAYS = 1
     assert dead_letters.purge(T0 + timedelta(days=2)) == 10
     assert left(sink_dsn) == [("other", 0, 5)]  # not this control plane's
+
+
+def test_a_kafka_sink_s_dead_letters_are_in_its_topic_and_the_api_says_so(
+    api, operator_api, kafka_connection
+):
+    spec = {
+        "source": {"connection": "events", "topics": ["orders"], "schema": "id STRING"},
+        "sink": {"kind": "kafka", "connection": "events", "topic": "orders-out"},
+    }
+    assert api.post("/api/pipelines/", {"name": "k", "spec": spec}, format="json").status_code == 201
+    base = "/api/pipelines/k/dead-letters/"
+    for response in (
+        operator_api.get(base),
+        operator_api.get(base + "batches/"),
+        operator_api.get(base + "download/"),
+        operator_api.post(base + "redrive/", {"to": "source"}, format="json"),
+    ):
+        assert response.status_code == 409
+        assert "'orders-out.dead-letters'" in response.json()["detail"]
+    from controlplane.definitions.models import Pipeline
+
+    assert dead_letters.counts(list(Pipeline.objects.filter(name="k"))) == {}

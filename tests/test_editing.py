@@ -281,3 +281,63 @@ def test_moving_a_connection_from_its_page_drops_the_password_unless_a_new_one_i
         ("connection-update", ["password"]),
         ("connection-update", None),
     ]
+
+
+def test_a_kafka_sink_is_edited_with_its_own_fields_and_problems_land_on_them():
+    known = {"events": "kafka", "warehouse": "postgres"}
+    spec = parse_spec(valid_spec(), connections=known).to_dict()
+    post = {
+        **form_for(spec),
+        "sink_kind": "kafka",
+        "sink_connection": "events",
+        "sink_topic": "orders-clean",
+        "record_key": "id",
+        "record_headers": '{"origin": "\'orders\'"}',
+        "table": "ignored",  # the other kind's field: not sent
+    }
+    parsed = forms.pipeline_from_form(post, spec)
+    sink = parse_spec(parsed.data["spec"], connections=known).to_dict()["sink"]
+    assert (sink["kind"], sink["topic"], sink["key"], sink["headers"]) == (
+        "kafka",
+        "orders-clean",
+        "id",
+        {"origin": "'orders'"},
+    )
+    again = forms.pipeline_values("orders", "", parse_spec(parsed.data["spec"]).to_dict())
+    assert (again["sink_topic"], again["record_key"], "table" in again) == (
+        "orders-clean",
+        "id",
+        False,
+    )
+    placed = forms.place_errors(
+        {"spec.sink.key": ["calls the function 'reflect'"], "spec.sink.topic": ["bad"]},
+        forms.PIPELINE_FIELDS,
+        sink="kafka",
+    )
+    assert placed == {"record_key": ["calls the function 'reflect'"], "sink_topic": ["bad"]}
+
+
+def test_an_editor_creates_a_kafka_to_kafka_pipeline_from_the_form(
+    editor, kafka_connection, postgres_connection
+):
+    page = editor.get(reverse("pipeline-new")).content.decode()
+    assert 'data-sink="kafka"' in page and 'id="f-sink_topic"' in page
+    post = new_pipeline_post(
+        sink_kind="kafka",
+        sink_connection="events",
+        sink_topic="payments-clean",
+        record_key="reflect('a', 'b')",
+        table=None,
+        mode=None,
+    )
+    response = editor.post(reverse("pipeline-new"), post)
+    assert response.status_code == 400
+    assert "reflect" in field_errors(response.content.decode(), "record_key")
+    response = editor.post(reverse("pipeline-new"), {**post, "record_key": "id"})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    sink = Pipeline.objects.get(name="payments").spec["sink"]
+    assert (sink["kind"], sink["topic"], sink["key"]) == ("kafka", "payments-clean", "id")
+    # Its pages: the pipeline's, and its dead letters' (which are in a topic, and say so).
+    assert editor.get(reverse("pipeline", kwargs={"name": "payments"})).status_code == 200
+    page = editor.get(reverse("pipeline-dead-letters", kwargs={"name": "payments"}))
+    assert "payments-clean.dead-letters" in page.content.decode()

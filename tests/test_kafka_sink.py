@@ -77,6 +77,15 @@ def read_committed(bootstrap, topic, *, isolation="read_committed"):
         consumer.close()
 
 
+def forget_last_commit(tmp_path):
+    """As if the driver died right after the sink's transactions, before Spark's commit log
+    entry: the last batch is replayed at the next start."""
+    commits = (tmp_path / "checkpoint" / "commits").glob("[0-9]*")
+    last = max(commits, key=lambda p: int(p.name))
+    last.unlink()
+    (last.parent / f".{last.name}.crc").unlink(missing_ok=True)
+
+
 def values(records):
     return sorted(json.loads(v)["id"] for _, v, _ in records)
 
@@ -125,14 +134,18 @@ def test_a_replayed_batch_is_skipped_by_its_markers(spark, kafka_bootstrap, tmp_
     produce(kafka_bootstrap, source, ({"id": f"e{i}", "n": i} for i in range(400)))
     config = kafka_sink_config(tmp_path, kafka_bootstrap, source, out, dead, reader=reader)
     drain(spark, config)
-    commits = sorted((tmp_path / "checkpoint" / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+    commits = sorted(
+        (tmp_path / "checkpoint" / "commits").glob("[0-9]*"), key=lambda p: int(p.name)
+    )
     last = commits[-1]
     last.unlink()
     (last.parent / f".{last.name}.crc").unlink(missing_ok=True)
     drain(spark, config)
     assert values(read_committed(kafka_bootstrap, out)) == sorted(f"e{i}" for i in range(400))
     # The markers: per source partition (Spark's connector) the end of the offsets written.
-    writer = KafkaWriter(spark, pipeline=config.pipeline, sink=config.spec.sink, client=config.sink_kafka)
+    writer = KafkaWriter(
+        spark, pipeline=config.pipeline, sink=config.spec.sink, client=config.sink_kafka
+    )
     stream = stream_id(config.checkpoint)
     if reader == "spark-kafka":
         found = writer.committed(stream, [f"{source}-{p}" for p in range(3)])
@@ -164,7 +177,9 @@ def test_a_transform_writes_its_output_and_the_dead_letters_with_markers_of_thei
     letters = read_committed(kafka_bootstrap, dead)
     assert sorted(v for _, v, _ in letters) == sorted(MALFORMED)
     # Replayed: neither the output nor the dead letters twice.
-    commits = sorted((tmp_path / "checkpoint" / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+    commits = sorted(
+        (tmp_path / "checkpoint" / "commits").glob("[0-9]*"), key=lambda p: int(p.name)
+    )
     commits[-1].unlink()
     drain(spark, config)
     assert len(read_committed(kafka_bootstrap, out)) == 100
@@ -184,7 +199,9 @@ def test_a_shuffling_transform_writes_by_partition_number_once(spark, kafka_boot
         key="id",
     )
     drain(spark, config)
-    commits = sorted((tmp_path / "checkpoint" / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+    commits = sorted(
+        (tmp_path / "checkpoint" / "commits").glob("[0-9]*"), key=lambda p: int(p.name)
+    )
     commits[-1].unlink()
     drain(spark, config)
     records = read_committed(kafka_bootstrap, out)

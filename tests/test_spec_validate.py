@@ -297,3 +297,74 @@ def test_a_consumer_group_to_mirror_offsets_to_is_checked():
         "letters, digits"
         in errors_of(with_change("source.consumer_group", "a b"))["source.consumer_group"][0]
     )
+
+
+# -- the Kafka sink ----------------------------------------------------------------------------
+
+
+def kafka_sink(**fields) -> dict:
+    spec = valid_spec()
+    spec["sink"] = {"kind": "kafka", "connection": "events", "topic": "orders-clean", **fields}
+    spec.pop("transform", None)
+    return spec
+
+
+def test_a_kafka_sink_spells_out_its_defaults_and_parses_again():
+    canonical = parse_spec(kafka_sink(), connections=CONNECTIONS).to_dict()
+    assert canonical["sink"] == {
+        "connection": "events",
+        "topic": "orders-clean",
+        "key": None,
+        "value": None,
+        "headers": {},
+        "format": "json",
+        "dead_letter_topic": "orders-clean.dead-letters",
+        "transaction_timeout_seconds": 120,
+        "kind": "kafka",
+    }
+    assert parse_spec(canonical, connections=CONNECTIONS).to_dict() == canonical
+
+
+def test_a_kafka_sink_s_expressions_follow_the_transform_s_rules_and_name_their_field():
+    errors = errors_of(
+        kafka_sink(
+            key="reflect('java.lang.Runtime', 'getRuntime')",
+            value="named_struct('id', nope)",
+            headers={"origin": "'x'", "cp-error": "'forged'", "bad name": "'x'", "n": 3},
+        )
+    )
+    assert "reflect" in errors["sink.key"][0] and "not allowed" in errors["sink.key"][0]
+    assert "unknown column 'nope'" in errors["sink.value"][0]
+    assert "reserved" in errors["sink.headers.cp-error"][0]
+    assert errors["sink.headers.bad name"] and errors["sink.headers.n"]
+    assert "sink.headers.origin" not in errors
+    # One expression, not a way to smuggle in more of a query.
+    errors = errors_of(kafka_sink(key="id) AS a, (id", value="id FROM source --"))
+    assert errors["sink.key"] == ["must be one SQL expression, such as concat(a, '-', b)"]
+    assert errors["sink.value"]
+
+
+def test_a_kafka_sink_refuses_bad_topics_connections_and_timeouts():
+    errors = errors_of(
+        kafka_sink(
+            connection="warehouse",
+            topic="not a topic",
+            dead_letter_topic="__consumer_offsets",
+            transaction_timeout_seconds=3600,
+            table="extra",
+        )
+    )
+    assert errors["sink.connection"] == [
+        "connection 'warehouse' is a postgres connection, not kafka"
+    ]
+    assert "not a valid Kafka topic name" in errors["sink.topic"][0]
+    assert "Kafka's own" in errors["sink.dead_letter_topic"][0]
+    assert errors["sink.transaction_timeout_seconds"] == ["must be at most 900, got 3600"]
+    assert errors["sink.table"] == ["unknown field"]
+    # Writing into its own source topic would read its own output forever.
+    errors = errors_of(kafka_sink(topic="orders"))
+    assert "source topic" in errors["sink.topic"][0]
+    assert errors_of(kafka_sink(topic="x", dead_letter_topic="x"))["sink.dead_letter_topic"]
+    assert "must be one of postgres, kafka" in errors_of(with_change("sink.kind", "s3"))[
+        "sink.kind"
+    ][0]

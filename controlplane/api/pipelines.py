@@ -404,6 +404,8 @@ class PipelineViewSet(viewsets.ModelViewSet):
 
     @staticmethod
     def _unavailable(exc: Exception) -> Response:
+        if isinstance(exc, dead_letters.InTopic):
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
 
     @extend_schema(responses={200: None, 503: None})

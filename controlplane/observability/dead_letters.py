@@ -49,6 +49,11 @@ class Unavailable(Exception):
     """The sink database cannot be read now (answered with 503, saying why)."""
 
 
+class InTopic(Unavailable):
+    """The pipeline's sink is Kafka: its dead letters are records of a topic, not rows here
+    (answered with 409, naming the topic)."""
+
+
 class BadFilter(ValueError):
     """A filter or redrive target is not understood (400, naming the field)."""
 
@@ -122,7 +127,15 @@ def _moment(raw: str) -> datetime | None:
 
 
 def _sink_connection(pipeline: Pipeline) -> Connection:
-    name = pipeline.spec["sink"]["connection"]
+    sink = pipeline.spec["sink"]
+    if sink.get("kind") == "kafka":
+        raise InTopic(
+            f"this pipeline writes to Kafka: its dead letters are the records of topic"
+            f" {sink.get('dead_letter_topic')!r} (as they arrived, with headers cp-error,"
+            " cp-source-topic, cp-source-partition and cp-source-offset), written exactly"
+            " once with their batch; read them with a read_committed consumer"
+        )
+    name = sink["connection"]
     try:
         return pipeline.connections.get(name=name)
     except Connection.DoesNotExist:

@@ -36,7 +36,7 @@ def _pipeline_form(request, *, pipeline, values, errors, status=200):
         placements.append(chosen)
     choices = {
         "source_connection": list(kafka),
-        "sink_connection": list(postgres),
+        "sink_connection": [*postgres, *kafka],
         "placement": placements,
     }
     fields = []
@@ -108,7 +108,10 @@ def pipeline_new(request):
         pipeline=None,
         values=request.POST,
         errors=forms.place_errors(
-            errors, forms.PIPELINE_FIELDS, group=request.POST.get("restart_kind")
+            errors,
+            forms.PIPELINE_FIELDS,
+            group=request.POST.get("restart_kind"),
+            sink=request.POST.get("sink_kind"),
         ),
         status=400,
     )
@@ -173,7 +176,10 @@ def pipeline_edit(request, name: str):
         pipeline=pipeline,
         values=request.POST,
         errors=forms.place_errors(
-            errors, forms.PIPELINE_FIELDS, group=request.POST.get("restart_kind")
+            errors,
+            forms.PIPELINE_FIELDS,
+            group=request.POST.get("restart_kind"),
+            sink=request.POST.get("sink_kind"),
         ),
         status=409 if "Not saved:" in " ".join(errors.get(forms.GENERAL, [])) else 400,
     )

@@ -30,9 +30,11 @@ class Field:
     help: str = ""
     choices: tuple[str, ...] = ()
     group: str = ""  # a restart policy kind: shown for that kind only
+    sink: str = ""  # a sink kind: shown and sent for that kind only
 
 
 RESTART_KINDS = ("exponential-delay", "fixed-delay", "failure-rate", "none")
+SINK_KINDS = ("postgres", "kafka")
 _RESTART_FIELDS = {  # kind: (field, label, help)
     "fixed-delay": [
         ("attempts", "Attempts", "restarts before giving up"),
@@ -121,10 +123,68 @@ PIPELINE_FIELDS = [
         "textarea",
         "one Spark SQL query over the view `source`; empty: the parsed columns as they are",
     ),
-    Field("sink_connection", "sink.connection", "Postgres connection", "select"),
-    Field("table", "sink.table", "Table", help="table or schema.table; created if missing"),
-    Field("mode", "sink.mode", "Mode", "select", choices=("append", "upsert")),
-    Field("key", "sink.key", "Key columns", "list", "upsert only; comma-separated"),
+    Field(
+        "sink_kind",
+        "sink.kind",
+        "Sink",
+        "select",
+        "postgres: a table, one transaction per batch; kafka: a topic, Kafka transactions",
+        choices=SINK_KINDS,
+    ),
+    Field("sink_connection", "sink.connection", "Sink connection", "select"),
+    Field(
+        "table",
+        "sink.table",
+        "Table",
+        help="table or schema.table; created if missing",
+        sink="postgres",
+    ),
+    Field("mode", "sink.mode", "Mode", "select", choices=("append", "upsert"), sink="postgres"),
+    Field(
+        "key", "sink.key", "Key columns", "list", "upsert only; comma-separated", sink="postgres"
+    ),
+    Field(
+        "sink_topic", "sink.topic", "Topic", help="must exist on the sink's cluster", sink="kafka"
+    ),
+    Field(
+        "record_key",
+        "sink.key",
+        "Record key (optional)",
+        help="a Spark SQL expression over the output columns, e.g. delivery_id; empty: no key",
+        sink="kafka",
+    ),
+    Field(
+        "record_value",
+        "sink.value",
+        "Record value (optional)",
+        help="a Spark SQL expression, e.g. named_struct('id', id, 'n', n), written as JSON;"
+        " empty: every output column as a JSON object",
+        sink="kafka",
+    ),
+    Field(
+        "record_headers",
+        "sink.headers",
+        "Headers (optional)",
+        "json",
+        '{"header name": "SQL expression"}, e.g. {"origin": "\'orders\'"}',
+        sink="kafka",
+    ),
+    Field(
+        "dead_letter_topic",
+        "sink.dead_letter_topic",
+        "Dead-letter topic",
+        help="records that do not parse, as they arrived; empty: <topic>.dead-letters",
+        sink="kafka",
+    ),
+    Field(
+        "transaction_timeout_seconds",
+        "sink.transaction_timeout_seconds",
+        "Transaction timeout (s)",
+        "number",
+        "10 to 900; a killed writer's open transaction holds read_committed readers this long"
+        " at most",
+        sink="kafka",
+    ),
     Field("interval_seconds", "trigger.interval_seconds", "Trigger interval (s)", "number"),
     Field("restart_kind", "restart_policy.kind", "Restart policy", "select", choices=RESTART_KINDS),
     *[
@@ -259,8 +319,11 @@ def pipeline_from_form(post: dict[str, Any], current_spec: dict | None) -> Parse
     spec = copy.deepcopy(current_spec) if current_spec else {}
     parsed = Parsed({"spec": spec})
     kind = (post.get("restart_kind") or "").strip() or None
+    sink_kind = (post.get("sink_kind") or "").strip() or _get(spec, "sink.kind") or "postgres"
+    if isinstance(spec.get("sink"), dict) and spec["sink"].get("kind", "postgres") != sink_kind:
+        spec["sink"] = {}  # another kind of sink: none of the old one's fields apply
     for f in PIPELINE_FIELDS:
-        if f.group or f.name == "restart_kind":
+        if f.group or f.name == "restart_kind" or (f.sink and f.sink != sink_kind):
             continue
         value = _value(f, post.get(f.name), parsed)
         if f.path in NOT_SPEC:
@@ -296,10 +359,11 @@ def pipeline_values(
     """The form's inputs for a stored pipeline (its canonical spec)."""
     values: dict[str, Any] = {"name": name, "description": description, "placement": placement}
     kind = _get(spec, "restart_policy.kind")
+    sink_kind = _get(spec, "sink.kind") or "postgres"
     for f in PIPELINE_FIELDS:
         if f.path in NOT_SPEC:
             continue
-        if f.group and f.group != kind:
+        if (f.group and f.group != kind) or (f.sink and f.sink != sink_kind):
             continue
         values[f.name] = _text(f, _get(spec, f.path))
     return values
@@ -357,14 +421,18 @@ def without_secrets(post: dict[str, Any]) -> dict[str, Any]:
 
 
 def place_errors(
-    errors: dict[str, list[str]], fields: list[Field], *, group: str | None = None
+    errors: dict[str, list[str]],
+    fields: list[Field],
+    *,
+    group: str | None = None,
+    sink: str | None = None,
 ) -> dict[str, list[str]]:
     """Problems keyed by dotted path (`spec.source.topics[1]`, `settings.dsn`) -> keyed by
     the input they concern, the rest under GENERAL with their path. Restart policy fields
-    are looked up in the chosen kind's group."""
+    are looked up in the chosen kind's group, sink fields in the chosen sink's."""
     by_path = {}
     for f in fields:
-        if not f.group or f.group == group:
+        if (not f.group or f.group == group) and (not f.sink or f.sink == (sink or "postgres")):
             by_path.setdefault(f.path, f.name)
     placed: dict[str, list[str]] = {}
     for path, messages in errors.items():

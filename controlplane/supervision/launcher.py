@@ -123,6 +123,7 @@ def run_config(pipeline: Pipeline, run: Run, run_dir: Path, token: str) -> dict:
     source = pipeline.connections.get(name=spec["source"]["connection"])
     sink = pipeline.connections.get(name=spec["sink"]["connection"])
     kafka_sink = spec["sink"].get("kind") == "kafka"
+    sink_kafka = kafka_client_config(sink.settings, sink.get_secrets()) if kafka_sink else None
     return {
         "pipeline": pipeline.name,
         "generation": run.generation,
@@ -130,7 +131,7 @@ def run_config(pipeline: Pipeline, run: Run, run_dir: Path, token: str) -> dict:
         "spec": spec,
         "kafka": kafka_client_config(source.settings, source.get_secrets()),
         "postgres": {} if kafka_sink else sink_conninfo(sink),
-        "sink_kafka": kafka_client_config(sink.settings, sink.get_secrets()) if kafka_sink else None,
+        "sink_kafka": sink_kafka,
         "checkpoint": str(settings.CONTROLPLANE_CHECKPOINT_ROOT / pipeline.name),
         "run_dir": str(run_dir),
         "control_plane": {

@@ -90,7 +90,10 @@ _PERMANENT = [
         ),
         "a definition error (Spark cannot analyse the transform)",
     ),
-    (re.compile(r"\b(SpecError|MixedWritesError|SinkRefused|ReaderError|KafkaSinkError)\b"), "a definition error"),
+    (
+        re.compile(r"\b(SpecError|MixedWritesError|SinkRefused|ReaderError|KafkaSinkError)\b"),
+        "a definition error",
+    ),
     (
         re.compile(
             r"password authentication failed|SaslAuthentication(Failed|Exception)|SaslLoginError"
