@@ -256,7 +256,8 @@ def test_a_kafka_sink_s_dead_letters_are_in_its_topic_and_the_api_says_so(
         "source": {"connection": "events", "topics": ["orders"], "schema": "id STRING"},
         "sink": {"kind": "kafka", "connection": "events", "topic": "orders-out"},
     }
-    assert api.post("/api/pipelines/", {"name": "k", "spec": spec}, format="json").status_code == 201
+    created = api.post("/api/pipelines/", {"name": "k", "spec": spec}, format="json")
+    assert created.status_code == 201, created.json()
     base = "/api/pipelines/k/dead-letters/"
     for response in (
         operator_api.get(base),
