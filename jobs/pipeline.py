@@ -25,6 +25,7 @@ from .spec.model import starting_timestamp_ms
 log = logging.getLogger("jobs.pipeline")
 
 CORRUPT = "_cp_corrupt"
+DECODED = "_cp_decoded"  # set by the Avro reader schema for every record that decodes
 PARSED = "_cp_record"
 BAD = "_cp_bad"
 ORDER = "_cp_order"  # an upsert's position of each row in its batch
@@ -179,6 +180,10 @@ def parsed_frame(raw, spec: PipelineSpec):
 
     from .spec.ddl import parse_schema, to_ddl
 
+    if spec.source.format == "avro":
+        return raw.select(
+            "topic", "partition", "offset", "timestamp", "value", avro_record(spec.source)
+        )
     # to_ddl: the canonical form, which from_json's strict JVM parser accepts.
     schema = f"{to_ddl(parse_schema(spec.source.schema))}, `{CORRUPT}` STRING"
     return raw.select(
@@ -193,6 +198,41 @@ def parsed_frame(raw, spec: PipelineSpec):
             {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT},
         ).alias(PARSED),
     )
+
+
+def avro_record(source):
+    """The value decoded with the spec's Avro schema (Spark's from_avro, spark-avro), as the
+    PARSED column: a record that does not decode (or lacks Confluent's header when the spec
+    says values have it) gets CORRUPT set, like JSON that does not parse. In PERMISSIVE mode
+    from_avro gives such a record as a row of nulls, which a record whose fields are all
+    optional could also be: so it decodes with a reader schema that adds a field with a
+    default (Avro's schema resolution), set for every record that decodes and only for those."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    from .spec.avro import CONFLUENT_HEADER_BYTES
+
+    writer = json.loads(source.avro_schema)
+    reader = {
+        **writer,
+        "fields": [*writer["fields"], {"name": DECODED, "type": "boolean", "default": True}],
+    }
+    value = F.col("value")
+    if source.avro_framing == "confluent":
+        framed = (F.length(value) > CONFLUENT_HEADER_BYTES) & (
+            F.substring(value, 1, 1) == F.lit(b"\x00")
+        )
+        value = F.when(framed, F.expr(f"substring(value, {CONFLUENT_HEADER_BYTES + 1})"))
+    decoded = from_avro(
+        value,
+        source.avro_schema,
+        {"mode": "PERMISSIVE", "avroSchema": json.dumps(reader)},
+    )
+    names = [f["name"] for f in writer["fields"]]
+    return F.struct(
+        *[decoded[n].alias(n) for n in names],
+        F.when(decoded[DECODED].isNull(), F.lit("not Avro")).alias(CORRUPT),
+    ).alias(PARSED)
 
 
 class BatchWriter:
@@ -212,7 +252,7 @@ class BatchWriter:
         self.unparsed_before = False  # whether the last batch had records that did not parse
         self._observed = None  # the observed pass's columns, built once
         self._plan = None  # what the observed pass's plan is, learnt from the first batch
-        self.parse_error = f"value does not parse as JSON with schema: {spec.source.schema}"
+        self.parse_error = parse_error(spec.source)
         from .spec.ddl import parse_schema
 
         self.columns = [f.name for f in parse_schema(spec.source.schema).fields]
@@ -534,6 +574,18 @@ class KafkaBatchWriter(BatchWriter):
                 empty_value_error=EMPTY_VALUE,
             )
         log.info("batch %s: %s records, %s dead letters (Kafka)", batch_id, rows, dead)
+
+
+def parse_error(source) -> str:
+    """What a dead letter's error says about a value that did not parse."""
+    if source.format == "avro":
+        framing = (
+            " after Confluent's 5-byte header (magic byte 0, schema id)"
+            if source.avro_framing == "confluent"
+            else ""
+        )
+        return f"value does not decode as Avro{framing} with the spec's avro_schema"
+    return f"value does not parse as JSON with schema: {source.schema}"
 
 
 def stream_id(checkpoint: str) -> str:

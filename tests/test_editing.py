@@ -341,3 +341,27 @@ def test_an_editor_creates_a_kafka_to_kafka_pipeline_from_the_form(
     assert editor.get(reverse("pipeline", kwargs={"name": "payments"})).status_code == 200
     page = editor.get(reverse("pipeline-dead-letters", kwargs={"name": "payments"}))
     assert "payments-clean.dead-letters" in page.content.decode()
+
+
+def test_an_avro_source_is_edited_with_its_schema_and_its_columns_are_derived():
+    known = {"events": "kafka", "warehouse": "postgres"}
+    spec = parse_spec(valid_spec(), connections=known).to_dict()
+    spec.pop("transform", None)
+    avro = '{"type": "record", "name": "Order", "fields": [{"name": "id", "type": "string"}]}'
+    post = {**form_for(spec), "format": "avro", "avro_schema": avro, "avro_framing": "confluent"}
+    source = parse_spec(forms.pipeline_from_form(post, spec).data["spec"]).to_dict()["source"]
+    assert (source["format"], source["schema"], source["avro_framing"]) == (
+        "avro",
+        "`id` STRING",
+        "confluent",
+    )
+    # Edited again with another Avro schema: the old derived columns do not get in the way.
+    again = forms.pipeline_values(
+        "orders", "", parse_spec(forms.pipeline_from_form(post, spec).data["spec"]).to_dict()
+    )
+    wider = avro.replace('"string"}]', '"string"}, {"name": "n", "type": "long"}]')
+    changed = {**{k: v for k, v in again.items() if v not in ("", False)}, "avro_schema": wider}
+    source = parse_spec(forms.pipeline_from_form(changed, spec).data["spec"]).to_dict()["source"]
+    assert source["schema"] == "`id` STRING, `n` BIGINT"
+    errors = forms.place_errors({"spec.source.avro_schema": ["is not JSON"]}, forms.PIPELINE_FIELDS)
+    assert errors == {"avro_schema": ["is not JSON"]}

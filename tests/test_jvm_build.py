@@ -33,9 +33,9 @@ def jars() -> list[str]:
     return jvm.spark_jars()
 
 
-def test_the_writer_comes_first_then_the_jdbc_driver_and_the_kafka_connector(jars):
+def test_the_writer_comes_first_then_the_jdbc_driver_the_kafka_connector_and_avro(jars):
     assert jars[0] == str(jvm.JAR)
-    assert {_artifact(jar) for jar in jars[1:]} == {"postgresql", *KAFKA}
+    assert {_artifact(jar) for jar in jars[1:]} == {"postgresql", "spark-avro_2.13", *KAFKA}
     assert jvm.has_kafka_connector()
     assert {_artifact(jar) for jar in jvm.kafka_connector_jars()} == KAFKA
     assert f"spark-sql-kafka-0-10_2.13-{jvm.KAFKA_CONNECTOR_VERSION}.jar" in {

@@ -365,6 +365,7 @@ def test_a_kafka_sink_refuses_bad_topics_connections_and_timeouts():
     errors = errors_of(kafka_sink(topic="orders"))
     assert "source topic" in errors["sink.topic"][0]
     assert errors_of(kafka_sink(topic="x", dead_letter_topic="x"))["sink.dead_letter_topic"]
-    assert "must be one of postgres, kafka" in errors_of(with_change("sink.kind", "s3"))[
-        "sink.kind"
-    ][0]
+    assert (
+        "must be one of postgres, kafka"
+        in errors_of(with_change("sink.kind", "s3"))["sink.kind"][0]
+    )

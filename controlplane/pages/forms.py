@@ -70,11 +70,37 @@ PIPELINE_FIELDS = [
     Field("source_connection", "source.connection", "Kafka connection", "select"),
     Field("topics", "source.topics", "Topics", "list", "comma-separated"),
     Field(
+        "format",
+        "source.format",
+        "Value format",
+        "select",
+        "json: parsed with the schema below; avro: decoded with the Avro schema below",
+        choices=("json", "avro"),
+    ),
+    Field(
         "schema",
         "source.schema",
         "Schema",
         "textarea",
-        "Spark DDL of the JSON values, e.g. id STRING, amount DOUBLE, ts TIMESTAMP",
+        "Spark DDL of the JSON values, e.g. id STRING, amount DOUBLE, ts TIMESTAMP (for Avro:"
+        " derived from the Avro schema)",
+    ),
+    Field(
+        "avro_schema",
+        "source.avro_schema",
+        "Avro schema",
+        "textarea",
+        'Avro only: the writers\' record schema as JSON, {"type": "record", "name": ...,'
+        ' "fields": [...]}',
+    ),
+    Field(
+        "avro_framing",
+        "source.avro_framing",
+        "Avro framing",
+        "select",
+        "confluent: each value starts with a schema registry's 5-byte header (magic byte 0,"
+        " schema id)",
+        choices=("none", "confluent"),
     ),
     Field(
         "starting_offsets",
@@ -340,6 +366,11 @@ def pipeline_from_form(post: dict[str, Any], current_spec: dict | None) -> Parse
                 parent.pop(last, None)  # the spec's default applies
         else:
             _set(spec, f.path, value)
+    source = spec.get("source")
+    if isinstance(source, dict) and source.get("format") == "avro":
+        source.pop("schema", None)  # derived from the Avro schema
+    elif isinstance(source, dict):
+        source.pop("avro_framing", None)  # shown with its default for JSON too
     if kind is None:
         spec.pop("restart_policy", None)
     else:

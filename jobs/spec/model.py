@@ -27,8 +27,14 @@ class KafkaSource:
 
     connection: str
     topics: tuple[str, ...]
+    # Spark DDL of the values' columns; for Avro, derived from `avro_schema` (jobs.spec.avro).
     schema: str
-    format: Literal["json"] = "json"
+    format: Literal["json", "avro"] = "json"
+    # Avro: the writers' record schema (canonical JSON text), and whether each value starts
+    # with Confluent's header (magic byte 0 and a 4-byte schema id), as a schema registry's
+    # serializers write it.
+    avro_schema: str | None = None
+    avro_framing: Literal["none", "confluent"] = "none"
     # "earliest", "latest", {"topic": {"partition": offset}} (-2 earliest, -1 latest), as
     # Spark; or {"timestamp": "2026-11-21T10:00:00Z"}: in each partition, the first record
     # stamped at or after that time (the log end if there is none).

@@ -13,7 +13,8 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
-from .ddl import ArrayType, DDLError, MapType, StructType, parse_schema
+from .avro import FRAMINGS, AvroSchemaError, avro_to_ddl
+from .ddl import ArrayType, DDLError, MapType, StructType, parse_schema, to_ddl
 from .model import (
     ExponentialDelay,
     FailureRate,
@@ -223,8 +224,24 @@ def _parse_source(
     connection = s.string("connection")
     _check_connection(s, connection, "kafka", connections)
     topics = _parse_topics(s)
-    fmt = s.string("format", "json", choices=("json",))
-    schema = s.string("schema")
+    fmt = s.string("format", "json", choices=FORMATS)
+    avro_schema, framing = None, "none"
+    if fmt == "avro":
+        avro_schema, derived = _parse_avro(s)
+        framing = s.string("avro_framing", "none", choices=FRAMINGS)
+        given = s.get("schema", None)
+        schema = derived
+        if given is not None and derived is not None and _ddl_or_none(given) != derived:
+            s.error(
+                "schema",
+                "is derived from avro_schema for Avro values: leave it out (it would be "
+                f"{derived})",
+            )
+    else:
+        for name in ("avro_schema", "avro_framing"):
+            if s.data.get(name) not in (None, "none"):
+                s.error(name, "applies to format avro only")
+        schema = s.string("schema")
     if schema is not None:
         try:
             parsed = parse_schema(schema)
@@ -263,6 +280,8 @@ def _parse_source(
         topics=tuple(topics),
         schema=schema,
         format=fmt,
+        avro_schema=avro_schema,
+        avro_framing=framing,
         starting_offsets=starting,
         max_records_per_batch=max_records,
         fail_on_data_loss=fail_on_data_loss,
@@ -273,6 +292,30 @@ def _parse_source(
 
 
 _GROUP_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
+FORMATS = ("json", "avro")
+
+
+def _parse_avro(s: Section) -> tuple[str | None, str | None]:
+    """(canonical Avro schema JSON, the Spark DDL of its columns), or Nones after an error."""
+    given = s.get("avro_schema")
+    if given is None:
+        return None, None
+    try:
+        return avro_to_ddl(given)
+    except AvroSchemaError as exc:
+        s.error("avro_schema", str(exc))
+        return None, None
+
+
+def _ddl_or_none(text: Any) -> str | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return to_ddl(parse_schema(text))
+    except DDLError:
+        return None
+
+
 READERS = ("spark-kafka", "python")
 MAX_MIN_PARTITIONS = 10_000
 
