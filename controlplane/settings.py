@@ -190,6 +190,12 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["controlplane.accounts.permissions.RolePermission"],
     "COMPONENT_SPLIT_REQUEST": True,
+    # 3.1: its schemas are JSON Schema 2020-12, which the pipeline spec's is.
+    "OAS_VERSION": "3.1.0",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "controlplane.api.openapi.add_spec_schemas",
+    ],
 }
 
 # Celery: Redis is the broker; results are not kept (tasks report through Postgres).

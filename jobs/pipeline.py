@@ -53,6 +53,14 @@ class RunConfig:
     default_partitions: int | None = None
     # The sink's Kafka client arguments (a Kafka sink), secrets included.
     sink_kafka: dict[str, Any] | None = None
+    # With several sinks: per sink, {"postgres": psycopg arguments} or {"kafka": client
+    # arguments}, in the spec's order (empty: the one sink's, in postgres / sink_kafka).
+    sink_configs: tuple[dict[str, Any], ...] = ()
+
+    def sink_config(self, index: int) -> dict[str, Any]:
+        if self.sink_configs:
+            return self.sink_configs[index]
+        return {"postgres": self.postgres, "kafka": self.sink_kafka}
 
     @classmethod
     def load(cls, path: str | Path) -> RunConfig:
@@ -66,6 +74,7 @@ class RunConfig:
             run_dir=data.get("run_dir") or str(Path(path).parent),
             control_plane=data.get("control_plane"),
             sink_kafka=data.get("sink_kafka"),
+            sink_configs=tuple(data.get("sink_configs") or ()),
         )
 
     def kafka_config_file(self) -> str:
@@ -238,8 +247,11 @@ def avro_record(source):
 class BatchWriter:
     """The foreachBatch function: split good rows from dead letters, transform, write once."""
 
-    def __init__(self, config: RunConfig, partitions: int = 2):
+    def __init__(self, config: RunConfig, partitions: int = 2, index: int = 0):
         self.config = config
+        # Which of the spec's sinks this writes (sinks after the first keep their markers
+        # apart: a suffix of their stream id, a prefix of their transactional ids).
+        self.index = index
         # Upserts written by the JVM writer go by key into this many partitions, each its own
         # transaction and marker: the input partitions kept with the checkpoint (readers.Pin),
         # so a replayed batch puts every key where it went the first time.
@@ -258,9 +270,9 @@ class BatchWriter:
         self.columns = [f.name for f in parse_schema(spec.source.schema).fields]
 
     def _sink(self):
-        sink = self.config.spec.sink
+        sink = self.config.spec.all_sinks()[self.index]
         return PostgresSink(
-            self.config.postgres,
+            self.config.sink_config(self.index)["postgres"],
             pipeline=self.config.pipeline,
             table=sink.table,
             mode=sink.mode,
@@ -289,7 +301,7 @@ class BatchWriter:
 
     def __call__(self, parsed, batch_id: int) -> None:
         if not self.sink.stream_id:
-            self.sink.stream_id = stream_id(self.config.checkpoint)
+            self.sink.stream_id = stream_id(self.config.checkpoint) + marker_scope(self.index)
         transform = self.config.spec.transform
         if not self.tables_ready:
             _, out = self.output(parsed, batch_id)
@@ -521,20 +533,21 @@ class KafkaBatchWriter(BatchWriter):
     written to the dead-letter topic, partition by partition with markers of their own."""
 
     def _sink(self):
-        return self.config.spec.sink
+        return self.config.spec.all_sinks()[self.index]
 
     def __call__(self, parsed, batch_id: int) -> None:
         from .sinks import kafka
 
         if not self.tables_ready:
             sink = self.sink
-            kafka.check_topics(self.config.sink_kafka or {}, [sink.topic, sink.dead_letter_topic])
-            self.stream = stream_id(self.config.checkpoint)
+            client = self.config.sink_config(self.index)["kafka"] or {}
+            kafka.check_topics(client, [sink.topic, sink.dead_letter_topic])
+            self.stream = stream_id(self.config.checkpoint) + marker_scope(self.index)
             self.kafka = kafka.KafkaWriter(
                 parsed.sparkSession,
                 pipeline=self.config.pipeline,
                 sink=sink,
-                client=self.config.sink_kafka or {},
+                client=client,
             )
             self.records = kafka.RecordColumns(sink)
             self.tables_ready = True
@@ -720,8 +733,42 @@ def for_jvm(frame, only=None):
 ARROW_SESSION_CONF = {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1)}
 
 
-def writer_class(config: RunConfig) -> type[BatchWriter]:
-    return KafkaBatchWriter if config.spec.sink.kind == "kafka" else BatchWriter
+def marker_scope(index: int) -> str:
+    """What sets a sink's markers apart from the first sink's (none for the first, so a
+    pipeline that adds sinks keeps its first sink's markers)."""
+    return f"/s{index}" if index else ""
+
+
+class SinksWriter:
+    """The foreachBatch function of a pipeline with several sinks: each sink writes the
+    batch in turn, exactly once with markers of its own; the first fails the batch (and the
+    run) if it fails, the others are not tried, and a replayed batch is skipped by the sinks
+    that committed it. Each reads the batch's records from Kafka (not cached: the writers'
+    markers follow the Kafka offset ranges, which a cache would hide). The dead letters go
+    with the first sink only: the others get the records that parsed."""
+
+    def __init__(self, config: RunConfig, partitions: int = 2):
+        self.writers = [
+            writer_class(sink)(config, partitions=partitions, index=i)
+            for i, sink in enumerate(config.spec.all_sinks())
+        ]
+
+    def __call__(self, parsed, batch_id: int) -> None:
+        self.writers[0](parsed, batch_id)
+        parsed_only = parsed.where(~_unparsed())
+        for writer in self.writers[1:]:
+            writer(parsed_only, batch_id)
+
+
+def writer_class(sink) -> type[BatchWriter]:
+    return KafkaBatchWriter if sink.kind == "kafka" else BatchWriter
+
+
+def batch_writer(config: RunConfig, partitions: int):
+    """The foreachBatch function for the spec's sink or sinks."""
+    if len(config.spec.all_sinks()) > 1:
+        return SinksWriter(config, partitions)
+    return writer_class(config.spec.sink)(config, partitions=partitions)
 
 
 def start_query(spark, config: RunConfig, *, available_now: bool = False):
@@ -737,7 +784,7 @@ def start_query(spark, config: RunConfig, *, available_now: bool = False):
     writer = (
         parsed_frame(raw, config.spec)
         .writeStream.queryName(config.pipeline)
-        .foreachBatch(writer_class(config)(config, partitions=pin.min_partitions))
+        .foreachBatch(batch_writer(config, pin.min_partitions))
         .option("checkpointLocation", config.checkpoint)
     )
     if available_now:

@@ -365,3 +365,24 @@ def test_an_avro_source_is_edited_with_its_schema_and_its_columns_are_derived():
     assert source["schema"] == "`id` STRING, `n` BIGINT"
     errors = forms.place_errors({"spec.source.avro_schema": ["is not JSON"]}, forms.PIPELINE_FIELDS)
     assert errors == {"avro_schema": ["is not JSON"]}
+
+
+def test_several_sinks_are_edited_as_a_list_and_replace_the_one_sink():
+    known = {"events": "kafka", "warehouse": "postgres"}
+    spec = parse_spec(valid_spec(), connections=known).to_dict()
+    sinks = [
+        {"connection": "warehouse", "table": "a"},
+        {"kind": "kafka", "connection": "events", "topic": "out"},
+    ]
+    import json as _json
+
+    parsed = forms.pipeline_from_form({**form_for(spec), "sinks": _json.dumps(sinks)}, spec)
+    several = parse_spec(parsed.data["spec"], connections=known).to_dict()
+    assert "sink" not in several and [s["kind"] for s in several["sinks"]] == ["postgres", "kafka"]
+    values = forms.pipeline_values("orders", "", several)
+    assert _json.loads(values["sinks"]) == several["sinks"]
+    # Emptied: back to the one sink of the form's fields.
+    back = forms.pipeline_from_form({**form_for(spec), "sinks": ""}, several).data["spec"]
+    assert "sinks" not in back and parse_spec(back, connections=known).sink.table
+    placed = forms.place_errors({"spec.sinks[1].topic": ["is required"]}, forms.PIPELINE_FIELDS)
+    assert placed == {"sinks": ["sinks[1].topic: is required"]}

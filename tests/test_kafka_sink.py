@@ -221,3 +221,60 @@ def test_a_missing_topic_is_a_definition_error_naming_it(spark, kafka_bootstrap,
         query.awaitTermination(120)
     error = str(failed.value)
     assert "KafkaSinkError" in error and "'no-such-topic-here' does not exist" in error
+
+
+def test_two_sinks_each_write_once_and_the_one_that_failed_resumes_where_it_committed(
+    spark, kafka_bootstrap, sink_dsn, tmp_path, monkeypatch
+):
+    """sinks: [postgres, kafka]. The Kafka sink fails on batch 1 after the Postgres sink
+    committed it: the run fails; started again, the batch is replayed, the Postgres sink
+    skips it (its markers) and the Kafka sink writes it. Dead letters go with the first sink
+    only."""
+    import dataclasses
+
+    import psycopg
+
+    from jobs.sinks import kafka as kafka_sink
+
+    source, out, dead = topics(kafka_bootstrap)
+    table = f"two_{uuid.uuid4().hex[:8]}"
+    produce(kafka_bootstrap, source, ({"id": f"e{i}", "n": i} for i in range(600)))
+    produce(kafka_bootstrap, source, MALFORMED, start=600)
+    base = kafka_sink_config(tmp_path, kafka_bootstrap, source, out, dead, key="id")
+    spec = base.spec.to_dict()
+    spec["sinks"] = [{"connection": "pg", "table": table}, spec.pop("sink")]
+    client = {"bootstrap_servers": [kafka_bootstrap]}
+    config = dataclasses.replace(
+        base,
+        spec=parse_spec(spec),
+        sink_configs=({"postgres": {"conninfo": sink_dsn}}, {"kafka": client}),
+    )
+    real = kafka_sink.KafkaWriter.write
+
+    def fails_on_batch_1(self, frame, batch_id, *args, **kwargs):
+        if batch_id == 1:
+            raise RuntimeError("the Kafka sink is down")
+        return real(self, frame, batch_id, *args, **kwargs)
+
+    monkeypatch.setattr(kafka_sink.KafkaWriter, "write", fails_on_batch_1)
+    query = start_query(spark, config, available_now=True)
+    with pytest.raises(Exception, match="the Kafka sink is down"):
+        query.awaitTermination(180)
+
+    def rows():
+        with psycopg.connect(sink_dsn) as conn:
+            return conn.execute(f'SELECT count(*), count(DISTINCT id) FROM "{table}"').fetchone()
+
+    # Batches 0 and 1 (250 offsets each) are in Postgres, only batch 0 is in Kafka.
+    in_postgres, in_kafka = rows()[0], len(read_committed(kafka_bootstrap, out))
+    assert in_postgres >= 495 and 245 <= in_kafka <= 250, (in_postgres, in_kafka)
+    monkeypatch.setattr(kafka_sink.KafkaWriter, "write", real)
+    drain(spark, config)
+    assert rows() == (600, 600)
+    assert values(read_committed(kafka_bootstrap, out)) == sorted(f"e{i}" for i in range(600))
+    with psycopg.connect(sink_dsn) as conn:
+        (letters,) = conn.execute(
+            "SELECT count(*) FROM _cp_dead_letters WHERE pipeline = %s", (config.pipeline,)
+        ).fetchone()
+    assert letters == 3  # the first sink's
+    assert read_committed(kafka_bootstrap, dead) == []

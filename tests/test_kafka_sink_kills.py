@@ -1,9 +1,10 @@
-"""Kafka -> Kafka exactly once under kill -9: a real spark-submit driver, supervised by the
-control plane, is SIGKILLed again and again while records keep arriving, at moments when one
-of its Kafka transactions is open (the output's high watermark is above its last stable
-offset, and stays there after the kill). A `read_committed` consumer of the output sees
-every record once, and the dead letters once. (Twice, not more: each restart is a cold start
-of a dedicated driver, and the suite's time is budgeted.)"""
+"""Kafka -> Kafka and Postgres exactly once under kill -9: a real spark-submit driver of a
+pipeline with two sinks (a Kafka topic, then a Postgres table), supervised by the control
+plane, is SIGKILLed again and again while records keep arriving, at moments when one of its
+Kafka transactions is open (the output's high watermark is above its last stable offset, and
+stays there after the kill). A `read_committed` consumer of the output sees every record
+once, the dead letters once, and the table has every record once. (Twice, not more: each
+restart is a cold start of a dedicated driver, and the suite's time is budgeted.)"""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import signal
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
@@ -44,13 +46,16 @@ def transaction_open(bootstrap: str, topic: str) -> bool:
     return any(high[p] > stable[p] for p in high)
 
 
-def test_kafka_to_kafka_survives_kill_9_inside_open_transactions_exactly_once(
+def test_kafka_and_postgres_sinks_survive_kill_9_inside_open_transactions_exactly_once(
     api,
     kafka_connection,
+    postgres_connection,
     kafka_bootstrap,
+    sink_dsn,
     job_dirs,  # noqa: F811
 ):
     source, out, dead = (new_topic(kafka_bootstrap) for _ in range(3))
+    table = f"k2k_{out.replace('-', '_')}"
     body = {
         "source": {
             "connection": "events",
@@ -59,13 +64,16 @@ def test_kafka_to_kafka_survives_kill_9_inside_open_transactions_exactly_once(
             "starting_offsets": "earliest",
             "max_records_per_batch": 15000,
         },
-        "sink": {
-            "kind": "kafka",
-            "connection": "events",
-            "topic": out,
-            "dead_letter_topic": dead,
-            "key": "id",
-        },
+        "sinks": [
+            {
+                "kind": "kafka",
+                "connection": "events",
+                "topic": out,
+                "dead_letter_topic": dead,
+                "key": "id",
+            },
+            {"connection": "warehouse", "table": table},
+        ],
         "trigger": {"interval_seconds": 0},
         "restart_policy": {"kind": "fixed-delay", "attempts": 6, "delay_seconds": 1},
     }
@@ -130,6 +138,9 @@ def test_kafka_to_kafka_survives_kill_9_inside_open_transactions_exactly_once(
     assert all(k == json.loads(v)["id"].encode() for k, v, _ in records[:100])
     letters = read_committed(kafka_bootstrap, dead)
     assert [v for _, v, _ in letters] == [MALFORMED] * 3
+    with psycopg.connect(sink_dsn) as conn:  # the second sink, exactly once too
+        found = conn.execute(f'SELECT count(*), count(DISTINCT id) FROM "{table}"').fetchone()
+    assert found == (produced, produced)
     pipeline = Pipeline.objects.get(name="k2k")
     assert (pipeline.restarts, pipeline.failures.count()) == (2, 2)
     api.post("/api/pipelines/k2k/stop/")

@@ -18,6 +18,11 @@ from controlplane.definitions.models import (
 from controlplane.supervision.explain import summarize
 
 
+@extend_schema_field({"$ref": "#/components/schemas/PipelineSpec"})
+class SpecField(serializers.JSONField):
+    """A pipeline spec: JSON, described in the OpenAPI document by its JSON Schema."""
+
+
 class PipelineSerializer(serializers.ModelSerializer):
     """A pipeline definition. `spec` is validated as a whole by `jobs.spec.parse_spec`.
 
@@ -26,7 +31,7 @@ class PipelineSerializer(serializers.ModelSerializer):
     """
 
     url = serializers.HyperlinkedIdentityField(view_name="api:pipeline-detail", lookup_field="name")
-    spec = serializers.JSONField(help_text="Pipeline spec v1 (see docs/spec.md).")
+    spec = SpecField(help_text="Pipeline spec v1 (see docs/spec.md).")
     version = serializers.IntegerField(
         required=False, min_value=1, help_text="Increases with every spec change."
     )

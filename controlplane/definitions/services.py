@@ -138,7 +138,10 @@ def _link_connections(pipeline: Pipeline, spec: PipelineSpec) -> None:
 
 
 def _missing_connection_error(spec: PipelineSpec, name: str) -> FieldError:
-    where = "source.connection" if spec.source.connection == name else "sink.connection"
+    where = "source.connection"
+    if spec.source.connection != name:
+        index = next(i for i, s in enumerate(spec.all_sinks()) if s.connection == name)
+        where = f"sinks[{index}].connection" if spec.sinks else "sink.connection"
     return FieldError(where, f"no connection named {name!r}")
 
 

@@ -45,6 +45,12 @@ TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 REDRIVE_LIMIT = 100_000  # letters per redrive request
 
 
+def first_sink(spec: dict) -> dict:
+    """The sink that keeps a pipeline's dead letters: its only one, or the first of `sinks`."""
+    sinks = spec.get("sinks") or [spec.get("sink") or {}]
+    return sinks[0] or {}
+
+
 class Unavailable(Exception):
     """The sink database cannot be read now (answered with 503, saying why)."""
 
@@ -127,7 +133,7 @@ def _moment(raw: str) -> datetime | None:
 
 
 def _sink_connection(pipeline: Pipeline) -> Connection:
-    sink = pipeline.spec["sink"]
+    sink = first_sink(pipeline.spec)
     if sink.get("kind") == "kafka":
         raise InTopic(
             f"this pipeline writes to Kafka: its dead letters are the records of topic"
@@ -282,7 +288,7 @@ def counts(pipelines: list[Pipeline]) -> dict[int, dict]:
     leaves its pipelines out."""
     by_connection: dict[str, list[Pipeline]] = defaultdict(list)
     for pipeline in pipelines:
-        sink = (pipeline.spec or {}).get("sink") or {}
+        sink = first_sink(pipeline.spec or {})
         if sink.get("connection"):
             by_connection[sink["connection"]].append(pipeline)
     known = {c.name: c for c in Connection.objects.filter(name__in=list(by_connection))}

@@ -211,6 +211,15 @@ PIPELINE_FIELDS = [
         " at most",
         sink="kafka",
     ),
+    Field(
+        "sinks",
+        "sinks",
+        "Several sinks (optional)",
+        "json",
+        'a list of sinks as JSON, e.g. [{"connection": "warehouse", "table": "t"}, {"kind":'
+        ' "kafka", "connection": "events", "topic": "out"}]: each is written exactly once;'
+        " when given, the sink fields above are not used",
+    ),
     Field("interval_seconds", "trigger.interval_seconds", "Trigger interval (s)", "number"),
     Field("restart_kind", "restart_policy.kind", "Restart policy", "select", choices=RESTART_KINDS),
     *[
@@ -348,8 +357,16 @@ def pipeline_from_form(post: dict[str, Any], current_spec: dict | None) -> Parse
     sink_kind = (post.get("sink_kind") or "").strip() or _get(spec, "sink.kind") or "postgres"
     if isinstance(spec.get("sink"), dict) and spec["sink"].get("kind", "postgres") != sink_kind:
         spec["sink"] = {}  # another kind of sink: none of the old one's fields apply
+    several = (post.get("sinks") or "").strip() != ""
+    spec.pop("sink" if several else "sinks", None)
     for f in PIPELINE_FIELDS:
         if f.group or f.name == "restart_kind" or (f.sink and f.sink != sink_kind):
+            continue
+        if several and f.path.startswith("sink."):
+            continue  # the list replaces the one sink
+        if f.path == "sinks":
+            if several:
+                spec["sinks"] = _value(f, post.get(f.name), parsed)
             continue
         value = _value(f, post.get(f.name), parsed)
         if f.path in NOT_SPEC:

@@ -121,17 +121,18 @@ def run_config(pipeline: Pipeline, run: Run, run_dir: Path, token: str) -> dict:
         # An operator reset its offsets: the new checkpoint starts there.
         spec = {**spec, "source": {**spec["source"], "starting_offsets": reset}}
     source = pipeline.connections.get(name=spec["source"]["connection"])
-    sink = pipeline.connections.get(name=spec["sink"]["connection"])
-    kafka_sink = spec["sink"].get("kind") == "kafka"
-    sink_kafka = kafka_client_config(sink.settings, sink.get_secrets()) if kafka_sink else None
+    sinks = spec.get("sinks") or [spec["sink"]]
+    sink_configs = [sink_config(pipeline, sink) for sink in sinks]
+    first = sink_configs[0]
     return {
         "pipeline": pipeline.name,
         "generation": run.generation,
         "spec_version": run.spec_version,
         "spec": spec,
         "kafka": kafka_client_config(source.settings, source.get_secrets()),
-        "postgres": {} if kafka_sink else sink_conninfo(sink),
-        "sink_kafka": sink_kafka,
+        "postgres": first.get("postgres") or {},
+        "sink_kafka": first.get("kafka"),
+        "sink_configs": sink_configs,
         "checkpoint": str(settings.CONTROLPLANE_CHECKPOINT_ROOT / pipeline.name),
         "run_dir": str(run_dir),
         "control_plane": {
@@ -141,6 +142,14 @@ def run_config(pipeline: Pipeline, run: Run, run_dir: Path, token: str) -> dict:
             "heartbeat_seconds": settings.CONTROLPLANE_HEARTBEAT_SECONDS,
         },
     }
+
+
+def sink_config(pipeline: Pipeline, sink: dict) -> dict:
+    """One sink's connection arguments: {"postgres": ...} or {"kafka": ...}."""
+    connection = pipeline.connections.get(name=sink["connection"])
+    if sink.get("kind") == "kafka":
+        return {"kafka": kafka_client_config(connection.settings, connection.get_secrets())}
+    return {"postgres": sink_conninfo(connection)}
 
 
 def sink_conninfo(sink) -> dict:

@@ -44,8 +44,10 @@ class KafkaSinkError(RuntimeError):
 
 def transactional_prefix(pipeline: str, stream_id: str) -> str:
     """What every transactional id and marker group of a pipeline's checkpoint starts with:
-    a new checkpoint (a new query id) starts its markers anew."""
-    return f"cp.{pipeline}.{stream_id.replace('-', '')[:12]}."
+    a new checkpoint (a new query id) starts its markers anew. A sink after a pipeline's
+    first has a scope of its own (`<query id>/s1`: `cp.<pipeline>.<query id>.s1.`)."""
+    query, _, scope = stream_id.partition("/")
+    return f"cp.{pipeline}.{query.replace('-', '')[:12]}.{scope + '.' if scope else ''}"
 
 
 def producer_config(client: Mapping[str, Any], timeout_seconds: float) -> dict[str, str]:

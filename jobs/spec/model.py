@@ -153,17 +153,30 @@ RestartPolicy = FixedDelay | FailureRate | ExponentialDelay | NoRestart
 @dataclass(frozen=True)
 class PipelineSpec:
     source: KafkaSource
+    # The sink; with `sinks` (several), the first of them.
     sink: Sink
     transform: Transform | None = None
     trigger: Trigger = field(default_factory=Trigger)
     restart_policy: RestartPolicy = field(default_factory=ExponentialDelay)
+    # Several sinks, each written exactly once with markers of its own (`sinks: [...]`);
+    # empty when the spec has the one-sink form (`sink`).
+    sinks: tuple[Sink, ...] = ()
+
+    def all_sinks(self) -> tuple[Sink, ...]:
+        return self.sinks or (self.sink,)
 
     def connection_names(self) -> set[str]:
-        return {self.source.connection, self.sink.connection}
+        return {self.source.connection, *(s.connection for s in self.all_sinks())}
 
     def to_dict(self) -> dict[str, Any]:
-        """The canonical JSON form: every default spelled out, keys in a stable order."""
-        return _plain(asdict(self))
+        """The canonical JSON form: every default spelled out, keys in a stable order; the
+        sinks in the form they were given (`sink`, or `sinks` for several)."""
+        out = _plain(asdict(self))
+        if self.sinks:
+            out.pop("sink")
+        else:
+            out.pop("sinks")
+        return out
 
 
 def _plain(value: Any) -> Any:

@@ -189,15 +189,72 @@ def parse_spec(
     top = Section(errors, "", data, _names(PipelineSpec))
     source = _parse_source(errors, top.get("source"), connections)
     transform = _parse_transform(errors, top.get("transform", None), source)
-    sink = _parse_sink(errors, top.get("sink"), connections, source, transform)
+    sinks: tuple = ()
+    if top.data.get("sinks") is not None:
+        if top.data.get("sink") is not None:
+            top.error("sink", "give either sink (one) or sinks (several), not both")
+        sinks = _parse_sinks(errors, top, connections, source, transform)
+        sink = sinks[0] if sinks else None
+    else:
+        sink = _parse_sink(errors, top.get("sink"), connections, source, transform)
     trigger = _parse_trigger(errors, top.get("trigger", {}))
     policy = parse_restart_policy(top.get("restart_policy", {"kind": "exponential-delay"}), errors)
     if errors:
         raise SpecError(errors)
     assert source and sink and trigger and policy
     return PipelineSpec(
-        source=source, transform=transform, sink=sink, trigger=trigger, restart_policy=policy
+        source=source,
+        transform=transform,
+        sink=sink,
+        sinks=sinks,
+        trigger=trigger,
+        restart_policy=policy,
     )
+
+
+MAX_SINKS = 8
+
+
+def _parse_sinks(
+    errors: list[FieldError],
+    top: Section,
+    connections: Mapping[str, str] | None,
+    source: KafkaSource | None,
+    transform: Transform | None,
+) -> tuple:
+    """`sinks`: a list of sinks, each written exactly once with markers of its own."""
+    data = top.data["sinks"]
+    if not isinstance(data, list) or not data:
+        top.error("sinks", "must be a non-empty list of sinks")
+        return ()
+    if len(data) > MAX_SINKS:
+        top.error("sinks", f"at most {MAX_SINKS} sinks per pipeline, got {len(data)}")
+        return ()
+    before = len(errors)
+    parsed = [
+        _parse_sink(errors, item, connections, source, transform, path=f"sinks[{i}]")
+        for i, item in enumerate(data)
+    ]
+    seen: dict[tuple, int] = {}
+    for i, sink in enumerate(parsed):
+        if sink is None:
+            continue
+        target = (
+            (sink.kind, sink.connection, sink.topic)
+            if sink.kind == "kafka"
+            else (sink.kind, sink.connection, sink.table)
+        )
+        if target in seen:
+            errors.append(
+                FieldError(
+                    f"sinks[{i}]",
+                    f"writes where sinks[{seen[target]}] writes ({target[1]}: {target[2]})",
+                )
+            )
+        seen.setdefault(target, i)
+    if len(errors) > before:
+        return ()
+    return tuple(parsed)
 
 
 def _check_connection(
@@ -445,13 +502,15 @@ def _parse_sink(
     connections: Mapping[str, str] | None,
     source: KafkaSource | None,
     transform: Transform | None,
+    *,
+    path: str = "sink",
 ) -> PostgresSink | KafkaSink | None:
     if data is None:
         return None
     kind = data.get("kind", "postgres") if isinstance(data, Mapping) else None
     if kind == "kafka":
-        return _parse_kafka_sink(errors, data, connections, source, transform)
-    s = Section(errors, "sink", data, _names(PostgresSink))
+        return _parse_kafka_sink(errors, data, connections, source, transform, path=path)
+    s = Section(errors, path, data, _names(PostgresSink))
     s.string("kind", "postgres", choices=SINK_KINDS)
     connection = s.string("connection")
     _check_connection(s, connection, "postgres", connections)
@@ -503,8 +562,10 @@ def _parse_kafka_sink(
     connections: Mapping[str, str] | None,
     source: KafkaSource | None,
     transform: Transform | None,
+    *,
+    path: str = "sink",
 ) -> KafkaSink | None:
-    s = Section(errors, "sink", data, _names(KafkaSink))
+    s = Section(errors, path, data, _names(KafkaSink))
     connection = s.string("connection")
     _check_connection(s, connection, "kafka", connections)
     topic = _topic(s, "topic")

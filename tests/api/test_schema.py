@@ -23,3 +23,79 @@ def test_the_openapi_schema_describes_the_endpoints(api):
         "/api/applications/{name}/recycle/",
     ):
         assert path in schema["paths"], sorted(schema["paths"])
+
+
+def spec_examples() -> list[dict]:
+    """Specs of every source format, sink kind and restart policy kind, as submitted and in
+    their canonical form."""
+    from jobs.spec import parse_spec
+    from tests.factories import valid_spec
+
+    avro = {"type": "record", "name": "R", "fields": [{"name": "id", "type": "string"}]}
+    kafka_sink = {"kind": "kafka", "connection": "events", "topic": "out", "key": "id"}
+    examples = [valid_spec()]
+    examples.append({**valid_spec(), "sink": kafka_sink})
+    examples.append({**valid_spec(), "sink": None, "sinks": [valid_spec()["sink"], kafka_sink]})
+    examples[-1].pop("sink")
+    source = {"connection": "events", "topics": ["t"], "format": "avro", "avro_schema": avro}
+    examples.append({"source": source, "sink": {"connection": "warehouse", "table": "t"}})
+    for kind in ("fixed-delay", "failure-rate", "exponential-delay", "none"):
+        examples.append({**valid_spec(), "restart_policy": {"kind": kind}})
+    examples.append(
+        {
+            **valid_spec(),
+            "source": {
+                **valid_spec()["source"],
+                "starting_offsets": {"timestamp": "2026-11-21T10:00:00Z"},
+            },
+        }
+    )
+    return examples + [parse_spec(e).to_dict() for e in examples]
+
+
+def openapi_spec_validator(api):
+    import json
+
+    import jsonschema
+
+    document = api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    schemas = json.loads(
+        json.dumps(document["components"]["schemas"]).replace("#/components/schemas/", "#/$defs/")
+    )
+    spec = {**schemas["PipelineSpec"], "$defs": schemas}
+    jsonschema.Draft202012Validator.check_schema(spec)
+    return document, jsonschema.Draft202012Validator(spec)
+
+
+def test_the_openapi_document_describes_the_whole_spec_as_json_schema(api):
+    document, validator = openapi_spec_validator(api)
+    assert document["openapi"] == "3.1.0"
+    body = document["components"]["schemas"]["PipelineRequest"]["properties"]["spec"]
+    assert "#/components/schemas/PipelineSpec" in str(body)
+    for name in ("SpecKafkaSource", "SpecPostgresSink", "SpecKafkaSink", "SpecFailureRate"):
+        assert name in document["components"]["schemas"]
+    for example in spec_examples():
+        errors = [e.message for e in validator.iter_errors(example)]
+        assert not errors, (example, errors)
+
+
+def test_what_the_schema_refuses_the_validator_refuses_too(api):
+    from jobs.spec import SpecError, parse_spec
+    from tests.factories import valid_spec
+
+    _, validator = openapi_spec_validator(api)
+    bad = [
+        {**valid_spec(), "sink": {**valid_spec()["sink"], "kind": "s3"}},
+        {**valid_spec(), "extra": 1},
+        {**valid_spec(), "sinks": [valid_spec()["sink"]]},  # sink and sinks
+        {**valid_spec(), "restart_policy": {"kind": "fixed-delay", "attempts": -1}},
+        {**valid_spec(), "sink": {"kind": "kafka", "connection": "events", "topic": "a b"}},
+        {**valid_spec(), "trigger": {"interval_seconds": -1}},
+    ]
+    for spec in bad:
+        assert list(validator.iter_errors(spec)), spec
+        try:
+            parse_spec(spec)
+        except SpecError:
+            continue
+        raise AssertionError(f"parse_spec accepted {spec}")

@@ -1,0 +1,249 @@
+"""The pipeline spec as JSON Schema (draft 2020-12, which OpenAPI 3.1 uses), built from the
+spec's dataclasses (jobs.spec.model) and the validator's limits (jobs.spec.validate): the
+types, kinds, defaults, patterns and ranges, so that automation can generate clients and a
+fuzzer can generate specs that pass. What a schema cannot say (a DDL schema that parses, SQL
+that passes the function allow-list, connections that exist and are of the right kind) is
+still checked by `parse_spec`, which stays the one authority.
+
+Plain Python: no Django.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, Literal
+
+from . import model
+from .avro import FRAMINGS
+from .validate import (
+    _GROUP_ID,
+    HEADER_NAME_RE,
+    IDENTIFIER_RE,
+    MAX_DELAY_SECONDS,
+    MAX_MIN_PARTITIONS,
+    MAX_SINKS,
+    MAX_TRANSACTION_TIMEOUT_SECONDS,
+    READERS,
+    TOPIC_RE,
+)
+
+TOPIC = {"type": "string", "pattern": TOPIC_RE.pattern}
+SQL = {"type": "string", "minLength": 1}
+# Per (dataclass, field): what the validator asks beyond the field's type.
+_FIELDS: dict[tuple[type, str], dict[str, Any]] = {
+    (model.KafkaSource, "topics"): {"type": "array", "items": TOPIC, "minItems": 1},
+    (model.KafkaSource, "schema"): {
+        "type": "string",
+        "minLength": 1,
+        "description": "Spark DDL of the values' columns, e.g. `id STRING, n INT`; for Avro"
+        " values, derived from avro_schema (leave it out)",
+    },
+    (model.KafkaSource, "format"): {"enum": ["json", "avro"]},
+    (model.KafkaSource, "avro_schema"): {
+        "type": ["string", "object", "null"],
+        "description": "Avro only: the writers' record schema (JSON text or object)",
+    },
+    (model.KafkaSource, "avro_framing"): {"enum": list(FRAMINGS)},
+    (model.KafkaSource, "starting_offsets"): {
+        "oneOf": [
+            {"enum": ["earliest", "latest"]},
+            {
+                "type": "object",
+                "properties": {"timestamp": {"type": ["string", "integer"]}},
+                "required": ["timestamp"],
+                "additionalProperties": False,
+            },
+            {
+                "type": "object",
+                "propertyNames": {"pattern": TOPIC_RE.pattern, "not": {"const": "timestamp"}},
+                "additionalProperties": {
+                    "type": "object",
+                    "propertyNames": {"pattern": "^[0-9]+$"},
+                    "additionalProperties": {"type": "integer", "minimum": -2},
+                    "minProperties": 1,
+                },
+                "minProperties": 1,
+            },
+        ]
+    },
+    (model.KafkaSource, "max_records_per_batch"): {"type": "integer", "minimum": 1},
+    (model.KafkaSource, "reader"): {"enum": [*READERS, None]},
+    (model.KafkaSource, "min_partitions"): {
+        "type": ["integer", "null"],
+        "minimum": 1,
+        "maximum": MAX_MIN_PARTITIONS,
+    },
+    (model.KafkaSource, "consumer_group"): {
+        "type": ["string", "null"],
+        "pattern": f"^{_GROUP_ID.pattern}$",
+    },
+    (model.Transform, "sql"): {**SQL, "description": "one Spark SQL query over the view source"},
+    (model.PostgresSink, "table"): {
+        "type": "string",
+        "pattern": "^{0}(\\.{0})?$".format(IDENTIFIER_RE.pattern.strip("^$")),
+    },
+    (model.PostgresSink, "mode"): {"enum": ["append", "upsert"]},
+    (model.PostgresSink, "key"): {
+        "type": "array",
+        "items": {"type": "string", "pattern": IDENTIFIER_RE.pattern},
+        "uniqueItems": True,
+    },
+    (model.KafkaSink, "topic"): TOPIC,
+    (model.KafkaSink, "dead_letter_topic"): {
+        "type": ["string", "null"],
+        "pattern": TOPIC_RE.pattern,
+    },
+    (model.KafkaSink, "key"): {"type": ["string", "null"], "minLength": 1},
+    (model.KafkaSink, "value"): {"type": ["string", "null"], "minLength": 1},
+    (model.KafkaSink, "headers"): {
+        "type": "object",
+        "propertyNames": {"pattern": HEADER_NAME_RE.pattern, "not": {"pattern": "^[cC][pP]-"}},
+        "additionalProperties": SQL,
+    },
+    (model.KafkaSink, "transaction_timeout_seconds"): {
+        "type": "integer",
+        "minimum": 10,
+        "maximum": MAX_TRANSACTION_TIMEOUT_SECONDS,
+    },
+    (model.Trigger, "interval_seconds"): {"type": "number", "minimum": 0, "maximum": 86400},
+    (model.FixedDelay, "attempts"): {"type": "integer", "minimum": 0},
+    (model.FailureRate, "max_failures"): {"type": "integer", "minimum": 1},
+    (model.FailureRate, "interval_seconds"): {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "maximum": MAX_DELAY_SECONDS,
+    },
+    (model.ExponentialDelay, "initial_backoff_seconds"): {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "maximum": MAX_DELAY_SECONDS,
+    },
+    (model.ExponentialDelay, "max_backoff_seconds"): {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "maximum": MAX_DELAY_SECONDS,
+    },
+    (model.ExponentialDelay, "multiplier"): {"type": "number", "minimum": 1},
+    (model.ExponentialDelay, "jitter"): {"type": "number", "minimum": 0, "maximum": 1},
+    (model.ExponentialDelay, "reset_after_seconds"): {"type": "number", "exclusiveMinimum": 0},
+    (model.ExponentialDelay, "max_attempts"): {"type": ["integer", "null"], "minimum": 1},
+}
+_DELAY = {"type": "number", "minimum": 0, "maximum": MAX_DELAY_SECONDS}
+for _policy in (model.FixedDelay, model.FailureRate):
+    _FIELDS[(_policy, "delay_seconds")] = _DELAY
+# Fields the spec may leave out although the dataclass has no default (filled in by parse).
+_OPTIONAL = {(model.KafkaSource, "schema"), (model.PipelineSpec, "sink")}
+
+
+def _title(cls: type) -> str:
+    return cls.__name__
+
+
+_REF = "#/$defs/"  # where references point (spec_schema_parts sets another prefix)
+
+
+def _type_schema(annotation: Any, defs: dict[str, Any]) -> dict[str, Any]:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if annotation is type(None):
+        return {"type": "null"}
+    if dataclasses.is_dataclass(annotation):
+        _define(annotation, defs)
+        return {"$ref": f"{_REF}{_title(annotation)}"}
+    if origin is Literal:
+        return {"enum": list(args)}
+    if origin in (typing.Union, types.UnionType):
+        members = [_type_schema(a, defs) for a in args]
+        kinds = [a for a in args if dataclasses.is_dataclass(a)]
+        if len(kinds) == len(args) and all(
+            any(f.name == "kind" for f in dataclasses.fields(a)) for a in kinds
+        ):
+            # Told apart by "kind", as the validator does.
+            mapping = {
+                typing.get_args(typing.get_type_hints(a)["kind"])[0]: f"{_REF}{_title(a)}"
+                for a in kinds
+            }
+            return {"oneOf": members, "discriminator": {"propertyName": "kind", "mapping": mapping}}
+        return {"anyOf": members}
+    if origin in (tuple, list):
+        return {"type": "array", "items": _type_schema(args[0], defs) if args else {}}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _type_schema(args[1], defs)}
+    simple = {str: "string", int: "integer", float: "number", bool: "boolean"}
+    if annotation in simple:
+        return {"type": simple[annotation]}
+    return {}
+
+
+def _define(cls: type, defs: dict[str, Any]) -> None:
+    name = _title(cls)
+    if name in defs:
+        return
+    defs[name] = {}  # a placeholder: recursive references end here
+    hints = typing.get_type_hints(cls)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for f in dataclasses.fields(cls):
+        schema = dict(_FIELDS.get((cls, f.name)) or _type_schema(hints[f.name], defs))
+        if f.default is not dataclasses.MISSING:
+            if f.default is not None or "null" in str(schema):
+                schema["default"] = f.default
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            value = f.default_factory()  # type: ignore[misc]
+            if not dataclasses.is_dataclass(value):
+                schema["default"] = value
+        elif (cls, f.name) not in _OPTIONAL:
+            required.append(f.name)
+        properties[f.name] = schema
+    if "kind" in properties:
+        kind = typing.get_args(hints["kind"])[0]
+        properties["kind"] = {"const": kind, "default": kind}
+        if cls is not model.KafkaSource and cls is not model.PostgresSink:
+            required.append("kind")  # restart policies and the Kafka sink say which they are
+    defs[name] = {
+        "type": "object",
+        "title": name,
+        "description": (cls.__doc__ or "").strip().split("\n\n")[0],
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+def spec_schema_parts(ref_prefix: str = "#/$defs/") -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the spec's schema, the schemas it refers to by name), references made with
+    `ref_prefix` + name (an OpenAPI document keeps them under #/components/schemas/)."""
+    global _REF
+    _REF = ref_prefix
+    try:
+        defs: dict[str, Any] = {}
+        _define(model.PipelineSpec, defs)
+        spec = defs.pop("PipelineSpec")
+        sink = spec["properties"]["sink"]
+        spec["properties"]["sinks"] = {
+            "type": "array",
+            "items": sink,
+            "minItems": 1,
+            "maxItems": MAX_SINKS,
+            "description": "several sinks, each written exactly once (instead of sink)",
+        }
+        spec["properties"]["transform"] = {
+            "anyOf": [{"$ref": f"{ref_prefix}Transform"}, {"type": "null"}],
+            "default": None,
+        }
+        # One sink or several: `sink` or `sinks`, never both.
+        spec["oneOf"] = [{"required": ["sink"]}, {"required": ["sinks"]}]
+        spec["description"] = (
+            "Pipeline spec v1 (docs/spec.md); checked as a whole by parse_spec when submitted."
+        )
+        return spec, defs
+    finally:
+        _REF = "#/$defs/"
+
+
+def spec_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a pipeline spec: one self-contained document with `$defs`."""
+    spec, defs = spec_schema_parts()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **spec, "$defs": defs}
