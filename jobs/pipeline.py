@@ -9,8 +9,10 @@ the Postgres sink exactly once (see jobs.sinks.postgres).
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -301,7 +303,9 @@ class BatchWriter:
 
     def __call__(self, parsed, batch_id: int) -> None:
         if not self.sink.stream_id:
-            self.sink.stream_id = stream_id(self.config.checkpoint) + marker_scope(self.index)
+            self.sink.stream_id = stream_id(self.config.checkpoint) + marker_scope(
+                self.config.spec, self.index
+            )
         transform = self.config.spec.transform
         if not self.tables_ready:
             _, out = self.output(parsed, batch_id)
@@ -532,6 +536,13 @@ class KafkaBatchWriter(BatchWriter):
     parse are counted while the transform runs and, when there are some, read again and
     written to the dead-letter topic, partition by partition with markers of their own."""
 
+    first_batch: dict | None = None
+
+    def _once(self) -> dict:
+        """The first batch's extra settings (the naming-scheme check), then none."""
+        extra, self.first_batch = self.first_batch or {}, None
+        return extra
+
     def _sink(self):
         return self.config.spec.all_sinks()[self.index]
 
@@ -542,7 +553,15 @@ class KafkaBatchWriter(BatchWriter):
             sink = self.sink
             client = self.config.sink_config(self.index)["kafka"] or {}
             kafka.check_topics(client, [sink.topic, sink.dead_letter_topic])
-            self.stream = stream_id(self.config.checkpoint) + marker_scope(self.index)
+            self.stream = stream_id(self.config.checkpoint) + marker_scope(
+                self.config.spec, self.index
+            )
+            # The first batch of a run may be a replay: its parts are checked against the
+            # other naming scheme (KafkaTxWriter.checkScheme).
+            self.first_batch = {
+                "check_scheme": True,
+                "source_parts": [f"{t}-{p}" for t, p in _partitions(self.config)],
+            }
             self.kafka = kafka.KafkaWriter(
                 parsed.sparkSession,
                 pipeline=self.config.pipeline,
@@ -563,6 +582,7 @@ class KafkaBatchWriter(BatchWriter):
                 dead_letter_columns=dead_columns,
                 parse_error=self.parse_error,
                 empty_value_error=EMPTY_VALUE,
+                **self._once(),
             )
             log.info("batch %s: %s records, %s dead letters (Kafka)", batch_id, rows, dead)
             return
@@ -571,7 +591,7 @@ class KafkaBatchWriter(BatchWriter):
             kafka.check_plan(out)
             self._plan = {"columns": list(out.columns)}
         frame = out.select(*self.records.columns(out, self._plan["columns"]))
-        rows, _ = self.kafka.write(frame, batch_id, self.stream)
+        rows, _ = self.kafka.write(frame, batch_id, self.stream, **self._once())
         unparsed = observed_count(frame, name)
         dead = 0
         if unparsed != 0:  # None (not reported): read them to be safe
@@ -580,7 +600,7 @@ class KafkaBatchWriter(BatchWriter):
                 letters.select(BAD, *dead_columns),
                 batch_id,
                 self.stream,
-                part="dead.",
+                part="dead/",
                 bad_column=BAD,
                 dead_letter_columns=dead_columns,
                 parse_error=self.parse_error,
@@ -610,7 +630,9 @@ def stream_id(checkpoint: str) -> str:
 # Physical operators that move rows between partitions or pick some of them (joins,
 # aggregations, sorts, limits, samples): partition contents are then not a fixed function of
 # the batch's input partitions.
-_UNSTABLE_OPERATORS = ("Exchange", "Limit", "TakeOrdered", "Sample")
+# A COALESCE hint's operator ("Coalesce 2"; the function prints in lower case) groups input
+# partitions by where they are preferred to run, which can differ on a cluster.
+_UNSTABLE_OPERATORS = re.compile(r"\b(Exchange|Limit|TakeOrdered|Sample|Coalesce \d)")
 
 
 def _written(rows: int, dead_rows, how: str) -> tuple[int, int, str]:
@@ -644,7 +666,7 @@ def shuffles(frame) -> bool:
     """Whether a partition of the frame may hold other rows when the batch is replayed.
     Without a shuffle, each partition is a fixed piece of the batch's Kafka offset ranges."""
     plan = frame._jdf.queryExecution().executedPlan().toString()
-    return any(name in plan for name in _UNSTABLE_OPERATORS)
+    return _UNSTABLE_OPERATORS.search(plan) is not None
 
 
 def _write_partition(write, batches):
@@ -733,10 +755,17 @@ def for_jvm(frame, only=None):
 ARROW_SESSION_CONF = {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1)}
 
 
-def marker_scope(index: int) -> str:
-    """What sets a sink's markers apart from the first sink's (none for the first, so a
-    pipeline that adds sinks keeps its first sink's markers)."""
-    return f"/s{index}" if index else ""
+def marker_scope(spec: PipelineSpec, index: int) -> str:
+    """What keeps a sink's markers apart from the others' in a pipeline with several sinks:
+    a digest of what the sink writes (its kind, connection and table or topic), so that
+    reordering the list, or removing a sink, gives no sink another's markers. None in the
+    one-sink form."""
+    if not spec.sinks:
+        return ""
+    sink = spec.sinks[index]
+    target = sink.topic if sink.kind == "kafka" else sink.table
+    digest = hashlib.sha1(f"{sink.kind}:{sink.connection}:{target}".encode()).hexdigest()  # noqa: S324 - a name
+    return f"/s{digest[:10]}"
 
 
 class SinksWriter:

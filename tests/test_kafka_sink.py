@@ -212,6 +212,24 @@ def test_a_shuffling_transform_writes_by_partition_number_once(spark, kafka_boot
     assert totals == {f"e{i}": 10 for i in range(50)}
 
 
+def test_a_transform_a_replay_could_plan_otherwise_is_refused(spark, kafka_bootstrap, tmp_path):
+    source, out, dead = topics(kafka_bootstrap)
+    produce(kafka_bootstrap, source, ({"id": f"e{i}", "n": i} for i in range(10)))
+    config = kafka_sink_config(
+        tmp_path,
+        kafka_bootstrap,
+        source,
+        out,
+        dead,
+        transform={"sql": "SELECT /*+ COALESCE(1) */ id, n FROM source"},
+    )
+    query = start_query(spark, config, available_now=True)
+    with pytest.raises(Exception) as failed:
+        query.awaitTermination(120)
+    assert "KafkaSinkError" in str(failed.value) and "COALESCE" in str(failed.value)
+    assert read_committed(kafka_bootstrap, out) == []
+
+
 def test_a_missing_topic_is_a_definition_error_naming_it(spark, kafka_bootstrap, tmp_path):
     source, out, _ = topics(kafka_bootstrap)
     produce(kafka_bootstrap, source, ({"id": "a", "n": 1},))

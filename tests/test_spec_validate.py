@@ -342,6 +342,9 @@ def test_a_kafka_sink_s_expressions_follow_the_transform_s_rules_and_name_their_
     errors = errors_of(kafka_sink(key="id) AS a, (id", value="id FROM source --"))
     assert errors["sink.key"] == ["must be one SQL expression, such as concat(a, '-', b)"]
     assert errors["sink.value"]
+    # Nor a list, *, an alias or a subquery (Spark's expression parser would take none).
+    for text in ("id, amount", "*", "id AS k", "(SELECT max(id) FROM source)"):
+        assert errors_of(kafka_sink(key=text))["sink.key"], text
 
 
 def test_a_kafka_sink_refuses_bad_topics_connections_and_timeouts():

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,8 +35,10 @@ KEY, VALUE, HEADERS = "_cp_key", "_cp_value_out", "_cp_headers"
 PRODUCER_SETTINGS = {"linger.ms": "5", "batch.size": "262144"}
 # Operators Spark may plan differently when a batch is replayed: a partition's rows are then
 # not a fixed function of the batch's input, and a marker per partition cannot tell what was
-# written (the Postgres sink stages such batches; Kafka has no stage to commit from).
-_NONDETERMINISTIC_OPERATORS = ("Limit", "TakeOrdered", "Sample")
+# written (the Postgres sink stages such batches; Kafka has no stage to commit from). A
+# COALESCE hint groups input partitions by where they are preferred to run, which can differ
+# on a cluster after a restart.
+_NONDETERMINISTIC_OPERATORS = re.compile(r"\b(Limit|TakeOrdered|Sample|Coalesce \d)")
 
 
 class KafkaSinkError(RuntimeError):
@@ -43,11 +46,13 @@ class KafkaSinkError(RuntimeError):
 
 
 def transactional_prefix(pipeline: str, stream_id: str) -> str:
-    """What every transactional id and marker group of a pipeline's checkpoint starts with:
-    a new checkpoint (a new query id) starts its markers anew. A sink after a pipeline's
-    first has a scope of its own (`<query id>/s1`: `cp.<pipeline>.<query id>.s1.`)."""
+    """What every transactional id and marker group of a pipeline's checkpoint starts with,
+    `cp.<pipeline>.<query id's first 12 hex digits>/`: a new checkpoint (a new query id)
+    starts its markers anew. A sink of a pipeline with several has a scope of its own (the
+    stream id `<query id>/<scope>`: `cp.<pipeline>.<query id>/<scope>/`). Parts follow; `/`
+    cannot be in a topic name, so no part of one scope reads as another's."""
     query, _, scope = stream_id.partition("/")
-    return f"cp.{pipeline}.{query.replace('-', '')[:12]}.{scope + '.' if scope else ''}"
+    return f"cp.{pipeline}.{query.replace('-', '')[:12]}/{scope + '/' if scope else ''}"
 
 
 def producer_config(client: Mapping[str, Any], timeout_seconds: float) -> dict[str, str]:
@@ -80,10 +85,11 @@ def check_plan(frame) -> None:
     """Raise KafkaSinkError when the transform's plan has an operator whose partitions a
     replay could fill differently (LIMIT, ORDER BY ... LIMIT, TABLESAMPLE)."""
     plan = frame._jdf.queryExecution().executedPlan().toString()
-    found = [name for name in _NONDETERMINISTIC_OPERATORS if name in plan]
+    found = _NONDETERMINISTIC_OPERATORS.search(plan)
     if found:
         raise KafkaSinkError(
-            f"the transform's plan has {found[0]} (LIMIT, ORDER BY with LIMIT or TABLESAMPLE):"
+            f"the transform's plan has {found.group(1).split()[0]} (LIMIT, ORDER BY with LIMIT,"
+            " TABLESAMPLE or a COALESCE hint):"
             " the Kafka sink cannot write it exactly once, since a replayed batch may pick"
             " other rows; remove it or use a Postgres sink"
         )
@@ -172,6 +178,8 @@ class KafkaWriter:
                 "dead_ordinals": [names.index(c) for c in dead],
                 "parse_error": extra.get("parse_error", ""),
                 "empty_value_error": extra.get("empty_value_error", ""),
+                "check_scheme": extra.get("check_scheme", False),
+                "source_parts": list(extra.get("source_parts", ())),
             }
         )
 

@@ -157,6 +157,13 @@ def check_expression(
         or any(statement.args.get(clause) for clause in clauses)
     ):
         raise SQLError("must be one SQL expression, such as concat(a, '-', b)")
+    inner = statement.expressions[0].this
+    while isinstance(inner, exp.Paren):
+        inner = inner.this
+    if isinstance(inner, exp.Tuple | exp.Star | exp.Alias):
+        raise SQLError("must be one SQL expression (not a list, * or an alias), such as upper(a)")
+    if inner.find(exp.Select, exp.Star) is not None:
+        raise SQLError("must not contain a subquery or *: one expression over the row's columns")
 
 
 # --------------------------------------------------------------------------------------------

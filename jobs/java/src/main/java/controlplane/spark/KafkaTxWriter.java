@@ -66,8 +66,11 @@ public final class KafkaTxWriter
   private final int[] deadOrdinals;
   private final String parseError;
   private final String emptyValueError;
+  private final boolean checkScheme; // the first batch of a run: see checkScheme()
+  private final List<String> sourceParts; // the source's "topic-partition"s (checkScheme)
   private String[] parts; // per Spark partition: its part (group / transactional id suffix)
   private long[] targets; // per Spark partition: the offset its marker commits
+  private String[] ranges; // per Spark partition: "from:until" it reads, null if untraced
 
   @SuppressWarnings("unchecked")
   public KafkaTxWriter(String json) throws Exception {
@@ -88,6 +91,9 @@ public final class KafkaTxWriter
     }
     parseError = (String) c.get("parse_error");
     emptyValueError = (String) c.get("empty_value_error");
+    checkScheme = Boolean.TRUE.equals(c.get("check_scheme"));
+    Object source = c.get("source_parts");
+    sourceParts = source == null ? Collections.emptyList() : (List<String>) source;
   }
 
   /**
@@ -100,6 +106,7 @@ public final class KafkaTxWriter
   static Object[] plan(String[] ranges, long batchId) {
     String[] parts = new String[ranges.length];
     long[] targets = new long[ranges.length];
+    String[] spans = new String[ranges.length];
     Map<String, Integer> seen = new HashMap<>();
     boolean traced = true;
     for (String range : ranges) {
@@ -117,8 +124,9 @@ public final class KafkaTxWriter
       int occurrence = seen.merge(tp, 1, Integer::sum);
       parts[i] = occurrence == 1 ? tp : tp + "#" + (occurrence - 1);
       targets[i] = Long.parseLong(ranges[i].substring(until + 1));
+      spans[i] = ranges[i].substring(from + 1);
     }
-    return new Object[] {parts, targets};
+    return new Object[] {parts, targets, spans};
   }
 
   /** Write every partition of the frame; returns {records, dead letters} over all of them. */
@@ -132,6 +140,18 @@ public final class KafkaTxWriter
     Object[] plan = plan(ranges, writer.batchId);
     writer.parts = (String[]) plan[0];
     writer.targets = (long[]) plan[1];
+    writer.ranges = (String[]) plan[2];
+    if (writer.checkScheme) {
+      List<String> other = new ArrayList<>();
+      if (writer.ranges.length > 0 && writer.ranges[0] == null) {
+        other.addAll(writer.sourceParts); // planned by number now: were they by range?
+      } else {
+        for (int i = 0; i < writer.parts.length; i++) {
+          other.add("p" + i); // planned by range now: were they by number?
+        }
+      }
+      writer.checkScheme(other);
+    }
     List<long[]> parts = rdd.toJavaRDD().mapPartitions(writer).collect();
     long[] total = new long[2];
     for (long[] part : parts) {
@@ -149,12 +169,55 @@ public final class KafkaTxWriter
     KafkaTxWriter writer = new KafkaTxWriter(json);
     Map<String, Long> out = new TreeMap<>();
     for (String part : parts) {
-      long offset = writer.committedOffset(part);
-      if (offset >= 0) {
-        out.put(part, offset);
+      OffsetAndMetadata found = writer.marker(part);
+      if (found != null) {
+        out.put(part, found.offset());
       }
     }
     return out;
+  }
+
+  /**
+   * A replayed batch's parts must be named as the first time: when it is planned under the
+   * other naming (its transform gained or lost a shuffle since, or the reader changed), the
+   * parts it wrote are under other names and would be written again. Fails then, naming
+   * what to restore, as the Postgres sink does (MixedWritesError). Checked for the first
+   * batch of a run (the only one that can be a replay), with the names the other scheme
+   * would use.
+   */
+  void checkScheme(List<String> otherParts) throws Exception {
+    for (String part : otherParts) {
+      OffsetAndMetadata found = marker(part);
+      if (found != null && batchOf(found) == batchId) {
+        throw new IllegalStateException(
+            "MixedWritesError: batch " + batchId + " was partly written to Kafka under part "
+                + part + " before a restart, and is now planned with other parts (the"
+                + " transform gained or lost a shuffle, or the reader changed): it cannot be"
+                + " completed exactly once. Restore the previous transform until this batch"
+                + " is committed.");
+      }
+    }
+  }
+
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  /** The batch a marker was committed for (its metadata), -1 if it does not say. */
+  static long batchOf(OffsetAndMetadata marker) {
+    try {
+      Object batch = JSON.readValue(marker.metadata(), Map.class).get("batch");
+      return batch instanceof Number ? ((Number) batch).longValue() : -1;
+    } catch (Exception e) {
+      return -1;
+    }
+  }
+
+  static String rangeOf(OffsetAndMetadata marker) {
+    try {
+      Object range = JSON.readValue(marker.metadata(), Map.class).get("range");
+      return range instanceof String ? (String) range : null;
+    } catch (Exception e) {
+      return null;
+    }
   }
 
   @Override
@@ -166,11 +229,23 @@ public final class KafkaTxWriter
     }
     String part = parts[index];
     long target = targets[index];
+    String range = ranges == null ? null : ranges[index];
     KafkaProducer<byte[], byte[]> producer = acquire(prefix + part);
     boolean open = false;
     try {
-      if (committedOffset(part) >= target) {
-        long[] counted = count(rows); // a retry or a replay: written before
+      OffsetAndMetadata marker = marker(part);
+      // Written before (a retry, a replayed batch) only when the marker is this batch's: a
+      // marker of an earlier batch at or past the target means the source's offsets went
+      // back (a topic deleted and created again), not that this range was written.
+      if (marker != null && batchOf(marker) == batchId) {
+        String written = rangeOf(marker);
+        if (range != null && written != null && !range.equals(written)) {
+          throw new IllegalStateException(
+              "batch " + batchId + " part " + part + " was written for offsets " + written
+                  + " and is now planned for " + range + " (records deleted by retention"
+                  + " meanwhile?): it cannot be completed exactly once");
+        }
+        long[] counted = count(rows);
         release(prefix + part, producer);
         return Collections.singletonList(counted).iterator();
       }
@@ -191,9 +266,14 @@ public final class KafkaTxWriter
         producer.send(record(row));
         written++;
       }
-      String metadata =
-          new ObjectMapper()
-              .writeValueAsString(Map.of("batch", batchId, "records", written, "dead", letters));
+      Map<String, Object> meta = new HashMap<>();
+      meta.put("batch", batchId);
+      meta.put("records", written);
+      meta.put("dead", letters);
+      if (range != null) {
+        meta.put("range", range);
+      }
+      String metadata = JSON.writeValueAsString(meta);
       producer.sendOffsetsToTransaction(
           Collections.singletonMap(
               new TopicPartition(topic, 0), new OffsetAndMetadata(target, metadata)),
@@ -261,6 +341,9 @@ public final class KafkaTxWriter
     headers.add(header("cp-source-partition", Integer.toString(row.getInt(p))));
     headers.add(header("cp-source-offset", Long.toString(row.getLong(o))));
     Long timestamp = row.isNullAt(stamp) ? null : row.getLong(stamp) / 1000; // µs -> ms
+    if (timestamp != null && timestamp < 0) {
+      timestamp = null; // Kafka's -1 (none): the producer stamps it
+    }
     return new ProducerRecord<>(deadLetterTopic, null, timestamp, null, value, headers);
   }
 
@@ -270,32 +353,81 @@ public final class KafkaTxWriter
 
   // -- markers ---------------------------------------------------------------------------
 
-  /** The part's committed marker offset, -1 if none; waits for pending transactions. */
-  long committedOffset(String part) throws Exception {
-    Admin admin = admin();
+  /** The part's committed marker, null if none; waits for pending transactions. */
+  OffsetAndMetadata marker(String part) throws Exception {
     Map<TopicPartition, OffsetAndMetadata> offsets =
-        admin
+        admin()
             .listConsumerGroupOffsets(
                 prefix + part, new ListConsumerGroupOffsetsOptions().requireStable(true))
             .partitionsToOffsetAndMetadata()
             .get(60, TimeUnit.SECONDS);
-    OffsetAndMetadata found = offsets.get(new TopicPartition(topic, 0));
-    return found == null ? -1 : found.offset();
+    return offsets.get(new TopicPartition(topic, 0));
   }
 
   // -- clients kept in the executor's JVM ------------------------------------------------
 
   private static final long IDLE_MILLIS = 300_000;
-  private static final Map<String, Object[]> PRODUCERS = new HashMap<>(); // id -> producer, used
-  private static final Map<String, Admin> ADMINS = new HashMap<>();
+  private static final Map<String, Object[]> PRODUCERS = new HashMap<>(); // key -> producer, used
+  private static final Map<String, Object[]> ADMINS = new HashMap<>(); // connection -> admin, used
+  // Producer settings that are not the connection's (an Admin of the same cluster is shared).
+  private static final java.util.Set<String> PRODUCER_ONLY =
+      java.util.Set.of(
+          "transaction.timeout.ms", "linger.ms", "batch.size", "compression.type",
+          "max.request.size");
+  private static final java.util.concurrent.ScheduledExecutorService REAPER =
+      java.util.concurrent.Executors.newSingleThreadScheduledExecutor(
+          task -> {
+            Thread thread = new Thread(task, "cp-kafka-sink-reaper");
+            thread.setDaemon(true);
+            return thread;
+          });
+
+  static {
+    // Clients of pipelines that stopped (or of parts no longer planned) are closed after
+    // IDLE_MILLIS unused, so a shared application does not keep their threads.
+    REAPER.scheduleWithFixedDelay(KafkaTxWriter::closeIdle, 60, 60, TimeUnit.SECONDS);
+  }
 
   private String clientKey() {
     return producerConfig.toString();
   }
 
+  private String connectionKey() {
+    Map<String, String> connection = new TreeMap<>(producerConfig);
+    connection.keySet().removeAll(PRODUCER_ONLY);
+    return connection.toString();
+  }
+
   private Admin admin() {
     synchronized (ADMINS) {
-      return ADMINS.computeIfAbsent(clientKey(), k -> Admin.create(properties(null)));
+      Object[] entry =
+          ADMINS.computeIfAbsent(
+              connectionKey(), k -> new Object[] {Admin.create(properties(null)), 0L});
+      entry[1] = System.currentTimeMillis();
+      return (Admin) entry[0];
+    }
+  }
+
+  static void closeIdle() {
+    long now = System.currentTimeMillis();
+    List<AutoCloseable> idle = new ArrayList<>();
+    for (Map<String, Object[]> clients : List.of(PRODUCERS, ADMINS)) {
+      synchronized (clients) {
+        for (Iterator<Object[]> it = clients.values().iterator(); it.hasNext(); ) {
+          Object[] entry = it.next();
+          if (now - (Long) entry[1] > IDLE_MILLIS) {
+            idle.add((AutoCloseable) entry[0]);
+            it.remove();
+          }
+        }
+      }
+    }
+    for (AutoCloseable client : idle) {
+      try {
+        client.close();
+      } catch (Exception ignored) {
+        // closing what nobody uses: nothing to report
+      }
     }
   }
 
@@ -309,41 +441,19 @@ public final class KafkaTxWriter
       props.put("key.serializer", ByteArraySerializer.class.getName());
       props.put("value.serializer", ByteArraySerializer.class.getName());
     } else {
-      for (String producerOnly :
-          new String[] {
-            "transaction.timeout.ms", "linger.ms", "batch.size", "compression.type",
-            "max.request.size"
-          }) {
-        props.remove(producerOnly);
-      }
+      props.keySet().removeAll(PRODUCER_ONLY);
     }
     return props;
   }
 
   @SuppressWarnings("unchecked")
   private KafkaProducer<byte[], byte[]> acquire(String transactionalId) {
-    String key = clientKey() + "\u0000" + transactionalId;
-    List<KafkaProducer<byte[], byte[]>> expired = new ArrayList<>();
-    KafkaProducer<byte[], byte[]> found = null;
-    long now = System.currentTimeMillis();
+    Object[] cached;
     synchronized (PRODUCERS) {
-      for (Iterator<Map.Entry<String, Object[]>> it = PRODUCERS.entrySet().iterator();
-          it.hasNext(); ) {
-        Map.Entry<String, Object[]> entry = it.next();
-        if (entry.getKey().equals(key)) {
-          found = (KafkaProducer<byte[], byte[]>) entry.getValue()[0];
-          it.remove();
-        } else if (now - (Long) entry.getValue()[1] > IDLE_MILLIS) {
-          expired.add((KafkaProducer<byte[], byte[]>) entry.getValue()[0]);
-          it.remove();
-        }
-      }
+      cached = PRODUCERS.remove(clientKey() + "\u0000" + transactionalId);
     }
-    for (KafkaProducer<byte[], byte[]> producer : expired) {
-      producer.close(java.time.Duration.ofSeconds(5));
-    }
-    if (found != null) {
-      return found;
+    if (cached != null) {
+      return (KafkaProducer<byte[], byte[]>) cached[0];
     }
     KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(properties(transactionalId));
     try {
