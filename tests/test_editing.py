@@ -338,7 +338,8 @@ def test_an_editor_creates_a_kafka_to_kafka_pipeline_from_the_form(
     sink = Pipeline.objects.get(name="payments").spec["sink"]
     assert (sink["kind"], sink["topic"], sink["key"]) == ("kafka", "payments-clean", "id")
     # Its pages: the pipeline's, and its dead letters' (which are in a topic, and say so).
-    assert editor.get(reverse("pipeline", kwargs={"name": "payments"})).status_code == 200
+    page = editor.get(reverse("pipeline", kwargs={"name": "payments"})).content.decode()
+    assert "records of topic <code>payments-clean.dead-letters</code>" in page
     page = editor.get(reverse("pipeline-dead-letters", kwargs={"name": "payments"}))
     assert "payments-clean.dead-letters" in page.content.decode()
 

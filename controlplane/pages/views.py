@@ -109,6 +109,7 @@ def pipeline_page(request, name: str):
             "restore_points": _restore_points(pipeline),
             **_offsets(pipeline),
             "spec_json": json.dumps(pipeline.spec, indent=2, sort_keys=True),
+            "dead_letter_topic": _dead_letter_topic(pipeline.spec),
             "audit": AuditEntry.objects.filter(pipeline_name=pipeline.name).order_by("-at")[:20],
             "controls": detail.CONTROLS,
             "dangerous": detail.DANGEROUS,
@@ -119,6 +120,13 @@ def pipeline_page(request, name: str):
             ),
         },
     )
+
+
+def _dead_letter_topic(spec: dict) -> str | None:
+    """Where a pipeline whose first sink is Kafka keeps its dead letters (else None: in its
+    sink database, counted and browsed here)."""
+    sink = (spec.get("sinks") or [spec.get("sink") or {}])[0] or {}
+    return sink.get("dead_letter_topic") if sink.get("kind") == "kafka" else None
 
 
 def _offsets_text(offsets: dict | None) -> str:
