@@ -272,7 +272,13 @@ def test_an_editor_creates_a_pipeline_with_a_mistake_corrects_it_and_edits_it(
     page.get_by_label("Topics", exact=True).fill("refunds, not a topic!")
     page.get_by_label("Schema", exact=True).fill("id STRING, amount DOUBLE")
     page.get_by_label("Starting offsets", exact=True).fill("earliest")
-    page.get_by_label("Postgres connection", exact=True).select_option("warehouse")
+    # The sink kind shows its own fields only.
+    expect(page.get_by_label("Topic", exact=True)).to_be_hidden()
+    page.get_by_label("Sink", exact=True).select_option("kafka")
+    expect(page.get_by_label("Topic", exact=True)).to_be_visible()
+    expect(page.get_by_label("Table", exact=True)).to_be_hidden()
+    page.get_by_label("Sink", exact=True).select_option("postgres")
+    page.get_by_label("Sink connection", exact=True).select_option("warehouse")
     page.get_by_label("Table", exact=True).fill("refunds")
     page.get_by_label("Mode", exact=True).select_option("upsert")  # and no key columns: a mistake
     page.get_by_label("Restart policy", exact=True).select_option("fixed-delay")
