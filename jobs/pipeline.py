@@ -632,7 +632,7 @@ def stream_id(checkpoint: str) -> str:
 # the batch's input partitions.
 # A COALESCE hint's operator ("Coalesce 2"; the function prints in lower case) groups input
 # partitions by where they are preferred to run, which can differ on a cluster.
-_UNSTABLE_OPERATORS = re.compile(r"\b(Exchange|Limit|TakeOrdered|Sample|Coalesce \d)")
+_UNSTABLE_OPERATORS = re.compile(r"Exchange|Limit|TakeOrdered|Sample|\bCoalesce \d")
 
 
 def _written(rows: int, dead_rows, how: str) -> tuple[int, int, str]:

@@ -29,21 +29,38 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transa
 MALFORMED = b"{not json"
 
 
+class Offsets:
+    """Per partition of a topic, the high watermark (read_uncommitted) and the last stable
+    offset (read_committed: below the first record of a transaction still open), from two
+    consumers kept open (asked every few milliseconds while a kill is timed)."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        self.consumers = {
+            isolation: KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation)
+            for isolation in ("read_uncommitted", "read_committed")
+        }
+        consumer = self.consumers["read_committed"]
+        self.partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+
+    def end(self, isolation: str) -> dict[int, int]:
+        found = self.consumers[isolation].end_offsets(self.partitions)
+        return {tp.partition: offset for tp, offset in found.items()}
+
+    def transaction_open(self) -> bool:
+        high, stable = self.end("read_uncommitted"), self.end("read_committed")
+        return any(high[p] > stable[p] for p in high)
+
+    def close(self) -> None:
+        for consumer in self.consumers.values():
+            consumer.close()
+
+
 def end_offsets(bootstrap: str, topic: str, isolation: str) -> dict[int, int]:
-    """Per partition: the high watermark (read_uncommitted) or the last stable offset
-    (read_committed: below the first record of a transaction still open)."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation)
+    offsets = Offsets(bootstrap, topic)
     try:
-        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
-        return {tp.partition: o for tp, o in consumer.end_offsets(partitions).items()}
+        return offsets.end(isolation)
     finally:
-        consumer.close()
-
-
-def transaction_open(bootstrap: str, topic: str) -> bool:
-    high = end_offsets(bootstrap, topic, "read_uncommitted")
-    stable = end_offsets(bootstrap, topic, "read_committed")
-    return any(high[p] > stable[p] for p in high)
+        offsets.close()
 
 
 def test_kafka_and_postgres_sinks_survive_kill_9_inside_open_transactions_exactly_once(
@@ -62,7 +79,7 @@ def test_kafka_and_postgres_sinks_survive_kill_9_inside_open_transactions_exactl
             "topics": [source],
             "schema": "id STRING, n INT",
             "starting_offsets": "earliest",
-            "max_records_per_batch": 15000,
+            "max_records_per_batch": 10000,
         },
         "sinks": [
             {
@@ -102,22 +119,23 @@ def test_kafka_and_postgres_sinks_survive_kill_9_inside_open_transactions_exactl
         committed = sum(found.committed_offsets().values()) if found else 0
         return committed == sum(end_offsets(kafka_bootstrap, source, "read_committed").values())
 
-    produce_more(20000)
+    produce_more(5000)
     api.post("/api/pipelines/k2k/start/")
-    reconcile_until("k2k", lambda: output_count() >= 20000, 180, "the first records")
+    reconcile_until("k2k", lambda: output_count() >= 5000, 180, "the first records")
     killed_inside = 0
+    output = Offsets(kafka_bootstrap, out)
     for kill in range(2):
         produce_more(60000)  # several batches in flight when the driver dies
         run = Run.objects.get(pipeline__name="k2k", state=RunState.RUNNING)
         driver = json.loads(Path(run.run_dir, "driver.json").read_text())["pid"]
         deadline = time.monotonic() + 60
-        while not transaction_open(kafka_bootstrap, out) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        while not output.transaction_open() and time.monotonic() < deadline:
+            time.sleep(0.005)
         os.kill(driver, signal.SIGKILL)
         time.sleep(1)
         # The dead driver's transaction stays open (nothing can commit it any more) until its
         # successor takes over the transactional id and aborts it.
-        killed_inside += transaction_open(kafka_bootstrap, out)
+        killed_inside += output.transaction_open()
         reconcile_until(
             "k2k",
             lambda killed=run.pk: (
@@ -130,6 +148,7 @@ def test_kafka_and_postgres_sinks_survive_kill_9_inside_open_transactions_exactl
         )
         run.refresh_from_db()
         assert (run.cause, run.exit_code) == ("crashed", -9)
+    output.close()
     assert killed_inside >= 1, "the driver was never killed inside an open transaction"
     reconcile_until("k2k", caught_up, 240, "the end")
     records = read_committed(kafka_bootstrap, out)

@@ -212,14 +212,16 @@ def test_a_driver_killed_while_its_batch_transaction_is_open_loses_and_duplicate
     )
 
 
-@pytest.mark.parametrize("reader", READERS)
 def test_a_driver_killed_again_and_again_under_load_comes_back_and_loses_nothing(
-    api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, job_dirs, reader
+    api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, job_dirs
 ):
     """kill -9 the Spark driver (the JVM) twice while records keep arriving: each time the
     supervisor reports the death, the policy restarts it, and in the end every record is in
     the sink exactly once. (Twice, not more: each restart is a 20-30 s cold start of a
-    dedicated driver, and the suite's time is budgeted.)"""
+    dedicated driver, and the suite's time is budgeted. Spark's connector only: the Python
+    reader is killed inside its transaction by the test above, and resumes as after any
+    kill.)"""
+    reader = "spark-kafka"
     topic, table = new_pipeline(
         api,
         kafka_bootstrap,
@@ -277,7 +279,7 @@ def test_an_idle_query_is_left_alone_and_a_stuck_one_is_restarted(
 ):
     """Spark's idle events keep a query with nothing to read from counting as stalled; a
     batch that hangs (its sink table locked) is: killed, restarted, nothing lost."""
-    settings.CONTROLPLANE_STALL_SECONDS = 15
+    settings.CONTROLPLANE_STALL_SECONDS = 10
     topic, table = new_pipeline(
         api,
         kafka_bootstrap,
@@ -289,7 +291,7 @@ def test_an_idle_query_is_left_alone_and_a_stuck_one_is_restarted(
     reconcile_until("stuck", lambda: count(sink_dsn, table)[0] == 100, 150, "the first rows")
     run = Run.objects.get(pipeline__name="stuck", state=RunState.RUNNING)
 
-    idle_until = time.monotonic() + 25  # longer than the 15 s window
+    idle_until = time.monotonic() + 16  # longer than the 10 s window
     while time.monotonic() < idle_until:
         reconciler.reconcile_pipeline(run.pipeline_id, timezone.now())
         time.sleep(1)

@@ -410,6 +410,8 @@ def test_without_a_shuffle_every_partition_commits_directly(
         ("SELECT * FROM source ORDER BY amount LIMIT 3", True),
         ("SELECT a.id FROM source a JOIN source b ON a.id = b.id", True),
         ("SELECT id, rank() OVER (PARTITION BY id ORDER BY amount) FROM source", True),
+        ("SELECT /*+ COALESCE(1) */ id FROM source", True),
+        ("SELECT coalesce(id, 'none') AS id FROM source", False),  # the function: no operator
     ],
 )
 def test_shuffles_tells_plans_with_stable_partitions_from_the_others(spark, query, expected):

@@ -38,7 +38,8 @@ PRODUCER_SETTINGS = {"linger.ms": "5", "batch.size": "262144"}
 # written (the Postgres sink stages such batches; Kafka has no stage to commit from). A
 # COALESCE hint groups input partitions by where they are preferred to run, which can differ
 # on a cluster after a restart.
-_NONDETERMINISTIC_OPERATORS = re.compile(r"\b(Limit|TakeOrdered|Sample|Coalesce \d)")
+# (GlobalLimit, CollectLimit...: no word boundary before the operators' own names.)
+_NONDETERMINISTIC_OPERATORS = re.compile(r"(Limit|TakeOrdered|Sample|\bCoalesce \d)")
 
 
 class KafkaSinkError(RuntimeError):
