@@ -20,6 +20,7 @@ from typing import Any
 from .files import write_private
 from .kafka import readers
 from .sinks.jvm_writer import JvmWriter
+from .sinks.kafka import PICKS_ROWS
 from .sinks.postgres import ORDINAL, PART, Column, PostgresSink
 from .spec import PipelineSpec, parse_spec
 from .spec.model import starting_timestamp_ms
@@ -571,19 +572,17 @@ class KafkaBatchWriter(BatchWriter):
             self.records = kafka.RecordColumns(sink)
             self.tables_ready = True
         dead_columns = [f"_cp_{c}" for c in DEAD_LETTER_FIELDS]
+        # Rows flagged BAD go to the dead-letter topic, from these columns, with this error.
+        letters = {
+            "bad_column": BAD,
+            "dead_letter_columns": dead_columns,
+            "parse_error": self.parse_error,
+            "empty_value_error": EMPTY_VALUE,
+        }
         if self.config.spec.transform is None:
             batch = parsed.select(*self.one_pass_columns())
             frame = batch.select(BAD, *dead_columns, *self.records.columns(batch, self.columns))
-            rows, dead = self.kafka.write(
-                frame,
-                batch_id,
-                self.stream,
-                bad_column=BAD,
-                dead_letter_columns=dead_columns,
-                parse_error=self.parse_error,
-                empty_value_error=EMPTY_VALUE,
-                **self._once(),
-            )
+            rows, dead = self.kafka.write(frame, batch_id, self.stream, **letters, **self._once())
             log.info("batch %s: %s records, %s dead letters (Kafka)", batch_id, rows, dead)
             return
         name, out = self.output(parsed, batch_id)
@@ -595,16 +594,13 @@ class KafkaBatchWriter(BatchWriter):
         unparsed = observed_count(frame, name)
         dead = 0
         if unparsed != 0:  # None (not reported): read them to be safe
-            letters = parsed.select(*self.one_pass_columns()).where(BAD)
+            unparsed_rows = parsed.select(*self.one_pass_columns()).where(BAD)
             _, dead = self.kafka.write(
-                letters.select(BAD, *dead_columns),
+                unparsed_rows.select(BAD, *dead_columns),
                 batch_id,
                 self.stream,
                 part="dead/",
-                bad_column=BAD,
-                dead_letter_columns=dead_columns,
-                parse_error=self.parse_error,
-                empty_value_error=EMPTY_VALUE,
+                **letters,
             )
         log.info("batch %s: %s records, %s dead letters (Kafka)", batch_id, rows, dead)
 
@@ -630,9 +626,7 @@ def stream_id(checkpoint: str) -> str:
 # Physical operators that move rows between partitions or pick some of them (joins,
 # aggregations, sorts, limits, samples): partition contents are then not a fixed function of
 # the batch's input partitions.
-# A COALESCE hint's operator ("Coalesce 2"; the function prints in lower case) groups input
-# partitions by where they are preferred to run, which can differ on a cluster.
-_UNSTABLE_OPERATORS = re.compile(r"Exchange|Limit|TakeOrdered|Sample|\bCoalesce \d")
+_UNSTABLE_OPERATORS = re.compile(rf"Exchange|{PICKS_ROWS}")
 
 
 def _written(rows: int, dead_rows, how: str) -> tuple[int, int, str]:

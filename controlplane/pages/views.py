@@ -25,7 +25,7 @@ from controlplane.definitions.models import (
     RestorePoint,
     RunState,
 )
-from controlplane.observability import metrics
+from controlplane.observability import dead_letters, metrics
 from controlplane.supervision import controls, offsets, restore_points, tasks
 from controlplane.supervision.explain import summarize
 from jobs.spec import SpecError
@@ -125,7 +125,7 @@ def pipeline_page(request, name: str):
 def _dead_letter_topic(spec: dict) -> str | None:
     """Where a pipeline whose first sink is Kafka keeps its dead letters (else None: in its
     sink database, counted and browsed here)."""
-    sink = (spec.get("sinks") or [spec.get("sink") or {}])[0] or {}
+    sink = dead_letters.first_sink(spec)
     return sink.get("dead_letter_topic") if sink.get("kind") == "kafka" else None
 
 

@@ -33,13 +33,14 @@ WRITER_CLASS = "controlplane.spark.KafkaTxWriter"
 KEY, VALUE, HEADERS = "_cp_key", "_cp_value_out", "_cp_headers"
 # Producer settings the writer needs (the connection's own come on top of none of these).
 PRODUCER_SETTINGS = {"linger.ms": "5", "batch.size": "262144"}
-# Operators Spark may plan differently when a batch is replayed: a partition's rows are then
-# not a fixed function of the batch's input, and a marker per partition cannot tell what was
-# written (the Postgres sink stages such batches; Kafka has no stage to commit from). A
-# COALESCE hint groups input partitions by where they are preferred to run, which can differ
-# on a cluster after a restart.
-# (GlobalLimit, CollectLimit...: no word boundary before the operators' own names.)
-_NONDETERMINISTIC_OPERATORS = re.compile(r"(Limit|TakeOrdered|Sample|\bCoalesce \d)")
+# Physical operators that pick some rows (LIMIT, ORDER BY ... LIMIT, TABLESAMPLE) or, for a
+# COALESCE hint ("Coalesce 2"; the function prints in lower case), group input partitions by
+# where they are preferred to run, which can differ on a cluster: a replayed batch's
+# partitions may then hold other rows. No word boundary before the first three: GlobalLimit,
+# CollectLimit... The Postgres sink stages such batches (jobs.pipeline.shuffles, which adds
+# Exchange); Kafka has no stage to commit from, so its sink refuses them.
+PICKS_ROWS = r"Limit|TakeOrdered|Sample|\bCoalesce \d"
+_PICKS_ROWS = re.compile(PICKS_ROWS)
 
 
 class KafkaSinkError(RuntimeError):
@@ -86,10 +87,10 @@ def check_plan(frame) -> None:
     """Raise KafkaSinkError when the transform's plan has an operator whose partitions a
     replay could fill differently (LIMIT, ORDER BY ... LIMIT, TABLESAMPLE)."""
     plan = frame._jdf.queryExecution().executedPlan().toString()
-    found = _NONDETERMINISTIC_OPERATORS.search(plan)
+    found = _PICKS_ROWS.search(plan)
     if found:
         raise KafkaSinkError(
-            f"the transform's plan has {found.group(1).split()[0]} (LIMIT, ORDER BY with LIMIT,"
+            f"the transform's plan has {found.group(0).split()[0]} (LIMIT, ORDER BY with LIMIT,"
             " TABLESAMPLE or a COALESCE hint):"
             " the Kafka sink cannot write it exactly once, since a replayed batch may pick"
             " other rows; remove it or use a Postgres sink"

@@ -388,6 +388,11 @@ def _type_names(t: Any) -> list[str]:
     return [t.name]
 
 
+def is_topic_name(name: str) -> bool:
+    """Kafka's own rule for topic names."""
+    return bool(TOPIC_RE.match(name)) and name not in {".", ".."}
+
+
 def _parse_topics(s: Section) -> list[str] | None:
     topics = s.get("topics")
     if topics is None:
@@ -399,7 +404,7 @@ def _parse_topics(s: Section) -> list[str] | None:
         return None
     seen: set[str] = set()
     for i, topic in enumerate(topics):
-        if not isinstance(topic, str) or not TOPIC_RE.match(topic) or topic in {".", ".."}:
+        if not isinstance(topic, str) or not is_topic_name(topic):
             s.error(f"topics[{i}]", f"{topic!r} is not a valid Kafka topic name")
         elif topic in seen:
             s.error(f"topics[{i}]", f"topic {topic!r} is listed twice")
@@ -624,7 +629,7 @@ def _parse_kafka_sink(
 
 def _topic(s: Section, name: str, default: Any = _MISSING) -> str | None:
     topic = s.string(name, default)
-    if topic is not None and (not TOPIC_RE.match(topic) or topic in {".", ".."}):
+    if topic is not None and not is_topic_name(topic):
         s.error(name, f"{topic!r} is not a valid Kafka topic name")
         return None
     if topic is not None and topic.startswith("__"):

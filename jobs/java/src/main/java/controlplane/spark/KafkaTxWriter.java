@@ -162,8 +162,8 @@ public final class KafkaTxWriter
   }
 
   /**
-   * The committed marker offset of every part of a prefix's groups that has one (the driver
-   * uses it to tell what a replayed batch has left to write, and tests to check markers).
+   * The committed marker offset of every part of a prefix's groups that has one (for tests
+   * and tools that check markers; a task reads its own with marker()).
    */
   public static Map<String, Long> committed(String json, List<String> parts) throws Exception {
     KafkaTxWriter writer = new KafkaTxWriter(json);
@@ -245,7 +245,7 @@ public final class KafkaTxWriter
                   + " and is now planned for " + range + " (records deleted by retention"
                   + " meanwhile?): it cannot be completed exactly once");
         }
-        long[] counted = count(rows);
+        long[] counted = PgCopyWriter.count(rows, badOrdinal);
         release(prefix + part, producer);
         return Collections.singletonList(counted).iterator();
       }
@@ -290,22 +290,9 @@ public final class KafkaTxWriter
           // fenced or broken: closing it below aborts nothing more; the next owner does
         }
       }
-      discard(prefix + part, producer);
+      discard(producer);
       throw e;
     }
-  }
-
-  private long[] count(Iterator<InternalRow> rows) {
-    long written = 0, letters = 0;
-    while (rows.hasNext()) {
-      InternalRow row = rows.next();
-      if (badOrdinal >= 0 && row.getBoolean(badOrdinal)) {
-        letters++;
-      } else {
-        written++;
-      }
-    }
-    return new long[] {written, letters};
   }
 
   private ProducerRecord<byte[], byte[]> record(InternalRow row) {
@@ -476,7 +463,7 @@ public final class KafkaTxWriter
     }
   }
 
-  private static void discard(String transactionalId, KafkaProducer<byte[], byte[]> producer) {
+  private static void discard(KafkaProducer<byte[], byte[]> producer) {
     try {
       producer.close(java.time.Duration.ZERO);
     } catch (Exception ignored) {

@@ -210,6 +210,23 @@ public final class PgCopyWriter
     return count;
   }
 
+  /**
+   * {rows, rows flagged bad at `badOrdinal` (-1: none)} of a partition written before (a
+   * retry, a replayed batch): its rows are consumed and counted, none written.
+   */
+  static long[] count(Iterator<InternalRow> rows, int badOrdinal) {
+    long written = 0, letters = 0;
+    while (rows.hasNext()) {
+      InternalRow row = rows.next();
+      if (badOrdinal >= 0 && row.getBoolean(badOrdinal)) {
+        letters++;
+      } else {
+        written++;
+      }
+    }
+    return new long[] {written, letters};
+  }
+
   /** Run each statement; every `?` in one is the task's partition number. */
   private static void execute(Connection conn, List<String> statements, int part)
       throws SQLException {
@@ -382,16 +399,7 @@ public final class PgCopyWriter
     // No claim: a stage's slice, replaced by each attempt (its statements say how).
     if (claimSql != null && !claim(conn, part)) {
       // A retry or a replay: Spark still computes the rows; count them, write none.
-      long letters = 0;
-      while (rows.hasNext()) {
-        InternalRow row = rows.next();
-        if (badOrdinal >= 0 && row.getBoolean(badOrdinal)) {
-          letters++;
-        } else {
-          written++;
-        }
-      }
-      return new long[] {written, letters};
+      return count(rows, badOrdinal);
     }
     execute(conn, beforeCopySql, part);
     CopyIn copy = ((PGConnection) conn.unwrap(PGConnection.class)).getCopyAPI().copyIn(copySql);
