@@ -9,13 +9,13 @@ import struct
 import uuid
 
 import fastavro
-import psycopg
 import pytest
 
-from jobs.pipeline import RunConfig, start_query
+from jobs.pipeline import RunConfig
 from jobs.sinks.postgres import DEAD_LETTERS_TABLE
 from jobs.spec import parse_spec
 from tests.kafka_helpers import new_topic, produce
+from tests.test_pipeline_postgres import drain, fetch, forget_last_commit
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -75,17 +75,6 @@ def _bootstrap(kafka_bootstrap):
     pytest.kafka_bootstrap = kafka_bootstrap
 
 
-def drain(spark, cfg):
-    query = start_query(spark, cfg, available_now=True)
-    query.awaitTermination(180)
-    assert query.exception() is None, query.exception()
-
-
-def fetch(dsn, query, *args):
-    with psycopg.connect(dsn) as conn:
-        return conn.execute(query, args).fetchall()
-
-
 @pytest.mark.parametrize("framing", ["none", "confluent"])
 def test_avro_records_land_once_and_corrupt_ones_become_dead_letters(
     spark, kafka_bootstrap, sink_dsn, tmp_path, framing
@@ -126,9 +115,7 @@ def test_avro_records_land_once_and_corrupt_ones_become_dead_letters(
     assert all("does not decode as Avro" in e or "empty value" in e for _, e in letters)
 
     # Replayed (the driver died after the sink's transaction): nothing twice.
-    commits = (tmp_path / "checkpoint" / "commits").glob("[0-9]*")
-    last = max(commits, key=lambda p: int(p.name))
-    last.unlink()
+    forget_last_commit(tmp_path / "checkpoint")
     drain(spark, cfg)
     assert fetch(sink_dsn, f'SELECT count(*) FROM "{table}"')[0][0] == 200
 

@@ -13,6 +13,7 @@ from jobs.pipeline import RunConfig, start_query, stream_id
 from jobs.sinks.kafka import KafkaWriter, transactional_prefix
 from jobs.spec import parse_spec
 from tests.kafka_helpers import new_topic, produce
+from tests.test_pipeline_postgres import drain, forget_last_commit
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -54,10 +55,12 @@ def kafka_sink_config(tmp_path, bootstrap, source_topic, out, dead, *, reader=No
     )
 
 
-def drain(spark, config):
+def failure(spark, config) -> str:
+    """What the query's run fails with (it must fail)."""
     query = start_query(spark, config, available_now=True)
-    query.awaitTermination(180)
-    assert query.exception() is None, query.exception()
+    with pytest.raises(Exception) as failed:
+        query.awaitTermination(120)
+    return str(failed.value)
 
 
 def read_committed(bootstrap, topic, *, isolation="read_committed"):
@@ -75,15 +78,6 @@ def read_committed(bootstrap, topic, *, isolation="read_committed"):
         return [(r.key, r.value, dict(r.headers)) for r in consumer]
     finally:
         consumer.close()
-
-
-def forget_last_commit(tmp_path):
-    """As if the driver died right after the sink's transactions, before Spark's commit log
-    entry: the last batch is replayed at the next start."""
-    commits = (tmp_path / "checkpoint" / "commits").glob("[0-9]*")
-    last = max(commits, key=lambda p: int(p.name))
-    last.unlink()
-    (last.parent / f".{last.name}.crc").unlink(missing_ok=True)
 
 
 def values(records):
@@ -134,12 +128,7 @@ def test_a_replayed_batch_is_skipped_by_its_markers(spark, kafka_bootstrap, tmp_
     produce(kafka_bootstrap, source, ({"id": f"e{i}", "n": i} for i in range(400)))
     config = kafka_sink_config(tmp_path, kafka_bootstrap, source, out, dead, reader=reader)
     drain(spark, config)
-    commits = sorted(
-        (tmp_path / "checkpoint" / "commits").glob("[0-9]*"), key=lambda p: int(p.name)
-    )
-    last = commits[-1]
-    last.unlink()
-    (last.parent / f".{last.name}.crc").unlink(missing_ok=True)
+    forget_last_commit(tmp_path / "checkpoint")
     drain(spark, config)
     assert values(read_committed(kafka_bootstrap, out)) == sorted(f"e{i}" for i in range(400))
     # The markers: per source partition (Spark's connector) the end of the offsets written.
@@ -177,10 +166,7 @@ def test_a_transform_writes_its_output_and_the_dead_letters_with_markers_of_thei
     letters = read_committed(kafka_bootstrap, dead)
     assert sorted(v for _, v, _ in letters) == sorted(MALFORMED)
     # Replayed: neither the output nor the dead letters twice.
-    commits = sorted(
-        (tmp_path / "checkpoint" / "commits").glob("[0-9]*"), key=lambda p: int(p.name)
-    )
-    commits[-1].unlink()
+    forget_last_commit(tmp_path / "checkpoint")
     drain(spark, config)
     assert len(read_committed(kafka_bootstrap, out)) == 100
     assert len(read_committed(kafka_bootstrap, dead)) == 3
@@ -199,10 +185,7 @@ def test_a_shuffling_transform_writes_by_partition_number_once(spark, kafka_boot
         key="id",
     )
     drain(spark, config)
-    commits = sorted(
-        (tmp_path / "checkpoint" / "commits").glob("[0-9]*"), key=lambda p: int(p.name)
-    )
-    commits[-1].unlink()
+    forget_last_commit(tmp_path / "checkpoint")
     drain(spark, config)
     records = read_committed(kafka_bootstrap, out)
     totals: dict[str, int] = {}
@@ -223,10 +206,8 @@ def test_a_transform_a_replay_could_plan_otherwise_is_refused(spark, kafka_boots
         dead,
         transform={"sql": "SELECT /*+ COALESCE(1) */ id, n FROM source"},
     )
-    query = start_query(spark, config, available_now=True)
-    with pytest.raises(Exception) as failed:
-        query.awaitTermination(120)
-    assert "KafkaSinkError" in str(failed.value) and "COALESCE" in str(failed.value)
+    error = failure(spark, config)
+    assert "KafkaSinkError" in error and "COALESCE" in error
     assert read_committed(kafka_bootstrap, out) == []
 
 
@@ -234,10 +215,7 @@ def test_a_missing_topic_is_a_definition_error_naming_it(spark, kafka_bootstrap,
     source, out, _ = topics(kafka_bootstrap)
     produce(kafka_bootstrap, source, ({"id": "a", "n": 1},))
     config = kafka_sink_config(tmp_path, kafka_bootstrap, source, out, "no-such-topic-here")
-    query = start_query(spark, config, available_now=True)
-    with pytest.raises(Exception) as failed:
-        query.awaitTermination(120)
-    error = str(failed.value)
+    error = failure(spark, config)
     assert "KafkaSinkError" in error and "'no-such-topic-here' does not exist" in error
 
 

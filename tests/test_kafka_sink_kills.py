@@ -22,7 +22,12 @@ from controlplane.definitions.models import Pipeline, Run, RunState
 from jobs.checkpoints import read_checkpoint
 from tests.kafka_helpers import new_topic, produce
 from tests.test_kafka_sink import read_committed
-from tests.test_launch_and_stop import job_dirs, reconcile_until  # noqa: F401 - a fixture
+from tests.test_launch_and_stop import (  # noqa: F401 - job_dirs: a fixture
+    driver_pid,
+    job_dirs,
+    reconcile_until,
+    restarted_after_kill,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
 
@@ -127,7 +132,7 @@ def test_kafka_and_postgres_sinks_survive_kill_9_inside_open_transactions_exactl
     for kill in range(2):
         produce_more(60000)  # several batches in flight when the driver dies
         run = Run.objects.get(pipeline__name="k2k", state=RunState.RUNNING)
-        driver = json.loads(Path(run.run_dir, "driver.json").read_text())["pid"]
+        driver = driver_pid(run)
         deadline = time.monotonic() + 60
         while not output.transaction_open() and time.monotonic() < deadline:
             time.sleep(0.005)
@@ -136,18 +141,7 @@ def test_kafka_and_postgres_sinks_survive_kill_9_inside_open_transactions_exactl
         # The dead driver's transaction stays open (nothing can commit it any more) until its
         # successor takes over the transactional id and aborts it.
         killed_inside += output.transaction_open()
-        reconcile_until(
-            "k2k",
-            lambda killed=run.pk: (
-                Run.objects.filter(pipeline__name="k2k", state=RunState.RUNNING)
-                .exclude(pk=killed)
-                .exists()
-            ),
-            120,
-            f"the restart after kill {kill}",
-        )
-        run.refresh_from_db()
-        assert (run.cause, run.exit_code) == ("crashed", -9)
+        restarted_after_kill("k2k", run, f"the restart after kill {kill}")
     output.close()
     assert killed_inside >= 1, "the driver was never killed inside an open transaction"
     reconcile_until("k2k", caught_up, 240, "the end")

@@ -59,6 +59,28 @@ def reconcile_until(name, predicate, timeout, what):
     raise AssertionError(f"timed out waiting for {what}; run={run and run.__dict__}\n{log}")
 
 
+def driver_pid(run: Run) -> int:
+    """The pid of a run's Spark driver (the JVM), from its run directory."""
+    return json.loads(Path(run.run_dir, "driver.json").read_text())["pid"]
+
+
+def restarted_after_kill(name: str, run: Run, what: str) -> None:
+    """Wait until a run other than `run` (whose driver was SIGKILLed) is running, and check
+    that `run` ended as a crash by signal 9."""
+    reconcile_until(
+        name,
+        lambda: (
+            Run.objects.filter(pipeline__name=name, state=RunState.RUNNING)
+            .exclude(pk=run.pk)
+            .exists()
+        ),
+        120,
+        what,
+    )
+    run.refresh_from_db()
+    assert (run.cause, run.exit_code) == ("crashed", -9)
+
+
 def new_pipeline(api, bootstrap: str, name: str, *, source=None, **spec) -> tuple[str, str]:
     """A pipeline `name` from a fresh topic into a fresh table; returns (topic, table)."""
     topic = new_topic(bootstrap)
@@ -249,20 +271,8 @@ def test_a_driver_killed_again_and_again_under_load_comes_back_and_loses_nothing
         )
         produce_more(300)  # in flight when the driver dies
         run = Run.objects.get(pipeline__name="again", state=RunState.RUNNING)
-        driver = json.loads(Path(run.run_dir, "driver.json").read_text())["pid"]
-        os.kill(driver, signal.SIGKILL)
-        reconcile_until(
-            "again",
-            lambda killed=run.pk: (
-                Run.objects.filter(pipeline__name="again", state=RunState.RUNNING)
-                .exclude(pk=killed)
-                .exists()
-            ),
-            120,
-            f"the restart after kill {kill}",
-        )
-        run.refresh_from_db()
-        assert (run.cause, run.exit_code) == ("crashed", -9)
+        os.kill(driver_pid(run), signal.SIGKILL)
+        restarted_after_kill("again", run, f"the restart after kill {kill}")
         produce_more(100)
     reconcile_until("again", lambda: count(sink_dsn, table)[0] >= produced, 150, "the end")
     assert count(sink_dsn, table) == (produced, produced)
