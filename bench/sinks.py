@@ -42,7 +42,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.throughput import SCHEMA, delete_topics, machine, timed_drain  # noqa: E402
+from bench.throughput import (  # noqa: E402
+    SCHEMA,
+    bench_session,
+    delete_topics,
+    machine,
+    timed_drain,
+)
 from jobs import jvm  # noqa: E402
 from jobs.loadgen import produce  # noqa: E402
 from jobs.pipeline import (  # noqa: E402
@@ -179,17 +185,8 @@ def main() -> int:
     dead = create_topic(bootstrap, 1)
     created = [topic, dead]
 
-    from pyspark.sql import SparkSession
-
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    spark = (
-        SparkSession.builder.master(args.master)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.jars", ",".join(jvm.spark_jars()))
-        .config(map=jvm.driver_conf())
-        .getOrCreate()
-    )
+    spark = bench_session(args.master)
     spark.sparkContext.setLogLevel("ERROR")
     rates: dict[str, list[float]] = {p: [] for p in PATHS}
     read_back: list[int] = []

@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from throughput import (  # noqa: E402
     SPARK_KAFKA,
+    bench_session,
     delete_topics,
     drop_tables,
     machine,
@@ -124,17 +125,8 @@ def main() -> int:
     topic = f"small-{uuid.uuid4().hex[:8]}"
     produce(bootstrap, topic, rate=0, count=args.rows * args.batches, partitions=2)
 
-    from pyspark.sql import SparkSession
-
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    spark = (
-        SparkSession.builder.master(args.master)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.jars", ",".join(jvm.spark_jars()))
-        .config(map=jvm.driver_conf())
-        .getOrCreate()
-    )
+    spark = bench_session(args.master)
     spark.sparkContext.setLogLevel("ERROR")
     samples: dict[str, list[float]] = {p: [] for p in PATHS}
     tables, pipelines = [], []

@@ -96,6 +96,22 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # -- the machine and its CPU -------------------------------------------------------------
 
 
+def bench_session(master: str, conf: dict[str, str] | None = None):
+    """A SparkSession as a pipeline's driver has it (our jars, driver_conf()), without its
+    UI and console progress, with `conf` on top."""
+    from pyspark.sql import SparkSession
+
+    return (
+        SparkSession.builder.master(master)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config(map=conf or {})
+        .config("spark.jars", ",".join(jvm.spark_jars()))
+        .config(map=jvm.driver_conf())
+        .getOrCreate()
+    )
+
+
 def machine() -> dict:
     def first(path: str, key: str) -> str | None:
         try:
@@ -824,21 +840,11 @@ def main() -> int:
         flush=True,
     )
 
-    from pyspark.sql import SparkSession
-
     paths = WriterPaths()
     logging.getLogger("jobs.pipeline").addHandler(paths)
     logging.getLogger("jobs.pipeline").setLevel(logging.INFO)
     started = time.perf_counter()
-    spark = (
-        SparkSession.builder.master(args.master)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.jars", ",".join(jvm.spark_jars()))
-        .config(map=jvm.driver_conf())
-        .getOrCreate()
-    )
+    spark = bench_session(args.master, {"spark.sql.shuffle.partitions": "2"})
     startup = time.perf_counter() - started
     spark_pid = spark._jvm.ProcessHandle.current().pid()
     meter = CpuMeter(spark_pid)
