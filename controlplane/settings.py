@@ -55,6 +55,9 @@ CONTROLPLANE_SECRETS_KEY_FILE = Path(
 CONTROLPLANE_CERT_DIR = env_str("CONTROLPLANE_CERT_DIR", None)
 # Whether a Postgres connection may use a Unix socket (a host starting with "/").
 CONTROLPLANE_ALLOW_UNIX_SOCKETS = env_bool("CONTROLPLANE_ALLOW_UNIX_SOCKETS", False)
+# A files connection's local (file:) root must be inside this directory (symbolic links
+# resolved). Here var/files; the production profile allows no local roots unless it is set.
+CONTROLPLANE_FILES_DIR = env_str("CONTROLPLANE_FILES_DIR", str(VAR_DIR / "files"))
 
 # DEBUG pages show stack traces and settings: never on by default.
 DEBUG = env_bool("DJANGO_DEBUG", False)

@@ -29,6 +29,8 @@ if not env_str("DJANGO_ALLOWED_HOSTS"):
 if env_bool("DJANGO_DEBUG", False):
     _refuse("DJANGO_DEBUG must be off: debug pages show settings and stack traces")
 DEBUG = False
+# Local roots of files connections only where an admin says (no var/files default here).
+CONTROLPLANE_FILES_DIR = env_str("CONTROLPLANE_FILES_DIR", None)
 
 # HTTPS only. Behind a proxy that terminates TLS, set DJANGO_SECURE_PROXY_SSL_HEADER to the
 # header it sets to "https" (X-Forwarded-Proto), or every request looks like plain HTTP and

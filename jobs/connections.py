@@ -1,4 +1,5 @@
-"""Connection settings: what a Kafka cluster or a Postgres target needs, validated in one place.
+"""Connection settings: what a Kafka cluster, a Postgres target or a file system root needs,
+validated in one place.
 
 A connection is stored once in the control plane and referenced by name from pipelines. Its
 non-secret `settings` may be shown; its `secrets` (passwords) never are. The same module turns
@@ -16,7 +17,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 from .spec.validate import FieldError, Section, SpecError
 
-KINDS = ("kafka", "postgres")
+KINDS = ("kafka", "postgres", "files")
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -34,7 +35,11 @@ KAFKA_SETTINGS = {
 KAFKA_SECRETS = {"sasl_password", "ssl_password"}
 POSTGRES_SETTINGS = {"dsn"}
 POSTGRES_SECRETS = {"password"}
-SECRET_FIELDS = {"kafka": KAFKA_SECRETS, "postgres": POSTGRES_SECRETS}
+FILES_SETTINGS = {"root"}
+# Where a files connection's root may be: the local file system, or what Hadoop's FileSystem
+# reaches with the cluster's own configuration (credentials are never part of a root).
+FILES_SCHEMES = ("file", "hdfs", "viewfs", "s3a", "abfs", "abfss", "gs", "wasbs")
+SECRET_FIELDS = {"kafka": KAFKA_SECRETS, "postgres": POSTGRES_SECRETS, "files": set()}
 
 _HOST_PORT_RE = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
 _HOST_RE = re.compile(r"^([0-9a-fA-F:]+|[A-Za-z0-9._-]+)$")
@@ -47,7 +52,8 @@ def validate_connection(
 
     A password embedded in a Postgres DSN is moved into the secrets, so the stored DSN can
     be shown to anyone who may read the connection. `policy`: what this installation allows
-    (TLS files from one directory, Unix sockets); the default allows neither.
+    (TLS files from one directory, Unix sockets, local roots under one directory); the
+    default allows none of them.
     """
     policy = policy or ConnectionPolicy()
     errors: list[FieldError] = []
@@ -55,6 +61,8 @@ def validate_connection(
         raise SpecError([FieldError("kind", f"must be one of {', '.join(KINDS)}; got {kind!r}")])
     if kind == "kafka":
         clean, clean_secrets = _kafka(errors, settings, secrets, policy)
+    elif kind == "files":
+        clean, clean_secrets = _files(errors, settings, secrets, policy)
     else:
         clean, clean_secrets = _postgres(errors, settings, secrets, policy)
     if errors:
@@ -156,10 +164,13 @@ STATEMENT_TIMEOUT_MS = 600_000
 class ConnectionPolicy:
     """What the operator of this control plane allows connections to use. `cert_dir`: the
     directory that TLS files (sslrootcert, Kafka's ssl_*file) must come from; None: no TLS
-    files at all. `allow_unix_sockets`: whether a Postgres host may be a socket directory."""
+    files at all. `allow_unix_sockets`: whether a Postgres host may be a socket directory.
+    `files_dir`: the directory that a files connection's local (file:) root must be in;
+    None: no local roots at all."""
 
     cert_dir: str | None = None
     allow_unix_sockets: bool = False
+    files_dir: str | None = None
 
 
 def _postgres(errors: list[FieldError], data: Any, secrets: Any, policy: ConnectionPolicy):
@@ -256,6 +267,123 @@ def _postgres_param(name: str, value: str, policy: ConnectionPolicy) -> str:
             "options may only set the search_path, e.g. options=-c search_path=sales,public"
         )
     return value.strip() if name == "options" else value
+
+
+# -- files: a root URI ----------------------------------------------------------------------
+
+# A directory of a root: no percent-encoding (Hadoop and Python decode it differently), no
+# spaces, colons or backslashes (Hadoop's Path refuses or splits on them).
+_ROOT_SEGMENT_RE = re.compile(r"^[A-Za-z0-9._~@+=,-]+$")
+# hdfs://namenode:8020, viewfs://cluster, s3a://bucket, gs://bucket.
+_ROOT_HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,253}[A-Za-z0-9])?(:[0-9]{1,5})?$")
+# abfs(s)://container@account.dfs.core.windows.net, wasbs://container@account.blob...
+_AZURE_HOST_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{1,61}[a-z0-9])?@[A-Za-z0-9.-]{1,253}$")
+_AZURE_SCHEMES = ("abfs", "abfss", "wasbs")
+MAX_ROOT_LENGTH = 1024
+
+
+def _files(errors: list[FieldError], data: Any, secrets: Any, policy: ConnectionPolicy):
+    s = Section(errors, "settings", data, FILES_SETTINGS)
+    clean_secrets = _secrets(errors, secrets, set())
+    root = s.string("root")
+    if root is None:
+        return {}, clean_secrets
+    try:
+        return {"root": check_files_root(root, policy)}, clean_secrets
+    except ValueError as exc:
+        s.error("root", str(exc))
+        return {}, clean_secrets
+
+
+def files_root(settings: Mapping[str, Any]) -> str:
+    """A files connection's root, normalised, without a trailing slash (`file:///srv/lake`,
+    `hdfs://nn:8020/lake`, `s3a://bucket`): what the job joins the sink's path to. Checks the
+    URI's form only (see check_files_root for the policy); raises ValueError."""
+    root = settings.get("root")
+    if not isinstance(root, str) or not root:
+        raise ValueError("is required")
+    scheme, netloc, path = _split_root(root)
+    return f"{scheme}://{netloc}{path}"
+
+
+def check_files_root(root: str, policy: ConnectionPolicy | None = None) -> str:
+    """`root` normalised (files_root), and allowed by `policy`: a local root must be inside
+    its `files_dir` (symbolic links resolved). Raises ValueError naming the problem (for
+    `settings.root`)."""
+    policy = policy or ConnectionPolicy()
+    normalised = files_root({"root": root})
+    scheme, _, path = _split_root(root)
+    if scheme == "file":
+        path = path or "/"
+        if not policy.files_dir:
+            raise ValueError(
+                "local (file:) roots are not allowed until an admin sets CONTROLPLANE_FILES_DIR"
+                " to the directory they must be in"
+            )
+        base = os.path.realpath(policy.files_dir)
+        real = os.path.realpath(path)
+        if os.path.commonpath([base, real]) != base:
+            raise ValueError(
+                f"{path!r} is not inside {base}, the directory local roots must be in"
+                " (CONTROLPLANE_FILES_DIR)"
+            )
+    return normalised
+
+
+def _split_root(root: str) -> tuple[str, str, str]:
+    """(scheme, host, absolute path without a trailing slash, "" for the top) of a root URI;
+    raises ValueError."""
+    example = "a URI such as file:///srv/lake or hdfs://namenode:8020/lake"
+    if len(root) > MAX_ROOT_LENGTH:
+        raise ValueError(f"is longer than {MAX_ROOT_LENGTH} characters")
+    if any(c.isspace() or not c.isprintable() for c in root):
+        raise ValueError("must not contain spaces or control characters")
+    scheme, sep, rest = root.partition(":")
+    if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
+        raise ValueError(f"must be {example}")
+    scheme = scheme.lower()
+    if scheme not in FILES_SCHEMES:
+        raise ValueError(f"scheme {scheme!r} is not one of {', '.join(FILES_SCHEMES)}")
+    if "?" in rest or "#" in rest:
+        raise ValueError("must not have a ?query or #fragment")
+    if rest.startswith("//"):
+        netloc, slash, path = rest[2:].partition("/")
+        path = slash + path
+    elif scheme == "file":
+        netloc, path = "", rest  # file:/srv/lake, as Hadoop writes local paths
+    else:
+        raise ValueError(f"names no host: {scheme}://host/path")
+    if scheme == "file":
+        if netloc:
+            raise ValueError(f"a local root names no host: file:///path, not file://{netloc}/")
+        if not path.startswith("/"):
+            raise ValueError("must be an absolute path: file:///srv/lake")
+    else:
+        if not netloc:
+            raise ValueError(f"names no host: {scheme}://host/path")
+        user, at, host = netloc.rpartition("@")
+        if at and (scheme not in _AZURE_SCHEMES or ":" in user):
+            raise ValueError(
+                "must not carry credentials (user:password@): the cluster's Hadoop"
+                " configuration gives them"
+            )
+        match = (_AZURE_HOST_RE if at else _ROOT_HOST_RE).match(netloc)
+        port = netloc.rpartition(":")[2] if ":" in host else None
+        if not match or (port is not None and not 0 < int(port) < 65536):
+            raise ValueError(f"host {netloc!r} is not a host name (with an optional :port)")
+        if path and not path.startswith("/"):
+            raise ValueError(f"must be an absolute path: {scheme}://{netloc}/path")
+    if "//" in path:
+        raise ValueError(f"path {path!r} is not normalised: it has an empty directory ('//')")
+    segments = [x for x in path.split("/") if x != ""]
+    for segment in segments:
+        if segment in (".", ".."):
+            raise ValueError(f"path {path!r} is not normalised: it has {segment!r}")
+        if not _ROOT_SEGMENT_RE.match(segment):
+            raise ValueError(
+                f"directory {segment!r} is not allowed: use letters, digits and . _ - ~ @ + = ,"
+            )
+    return scheme, netloc, "".join(f"/{x}" for x in segments)
 
 
 def cert_path(value: str, policy: ConnectionPolicy, field_name: str) -> str:

@@ -24,6 +24,7 @@ from .sinks.kafka import PICKS_ROWS
 from .sinks.postgres import ORDINAL, PART, Column, PostgresSink
 from .spec import PipelineSpec, parse_spec
 from .spec.model import starting_timestamp_ms
+from .spec.validate import sink_target
 
 log = logging.getLogger("jobs.pipeline")
 
@@ -250,6 +251,9 @@ def avro_record(source):
 class BatchWriter:
     """The foreachBatch function: split good rows from dead letters, transform, write once."""
 
+    # The session whose StreamingQueryManager runs the query (set by start_query).
+    session = None
+
     def __init__(self, config: RunConfig, partitions: int = 2, index: int = 0):
         self.config = config
         # Which of the spec's sinks this writes (sinks after the first keep their markers
@@ -342,6 +346,18 @@ class BatchWriter:
 
         Each DataFrame step is analysed at once, at a few milliseconds a step, and a batch of
         200 rows takes ~150 ms in all: so as few steps as can be, their columns built once."""
+        columns, count, good, named = self._observed_parts()
+        if not self.config.spec.transform:
+            return None, parsed.select(*columns)
+        name = f"cp_unparsed_{batch_id}"
+        parsed.select(*columns).observe(name, count).where(good).select(
+            *named
+        ).createOrReplaceTempView("source")
+        return name, parsed.sparkSession.sql(self.config.spec.transform.sql)
+
+    def _observed_parts(self) -> tuple:
+        """(columns with the flag BAD, the count of BAD rows, the good-row condition, the
+        parsed columns by name): the observed pass's pieces, built once."""
         from pyspark.sql import functions as F
 
         if self._observed is None:
@@ -351,14 +367,7 @@ class BatchWriter:
                 ~F.col(BAD),
                 [F.col(f"`{c}`") for c in self.columns],
             )
-        columns, count, good, named = self._observed
-        if not self.config.spec.transform:
-            return None, parsed.select(*columns)
-        name = f"cp_unparsed_{batch_id}"
-        parsed.select(*columns).observe(name, count).where(good).select(
-            *named
-        ).createOrReplaceTempView("source")
-        return name, parsed.sparkSession.sql(self.config.spec.transform.sql)
+        return self._observed
 
     def _single_pass(self, batch, batch_id: int) -> tuple[int, int, str]:
         """No transform, append: each task writes its partition's rows and dead letters with
@@ -605,6 +614,70 @@ class KafkaBatchWriter(BatchWriter):
         log.info("batch %s: %s records, %s dead letters (Kafka)", batch_id, rows, dead)
 
 
+class FilesBatchWriter(BatchWriter):
+    """The foreachBatch function of a files sink (jobs.sinks.files): the records that parsed,
+    through the transform if any, are staged in one pass while those that did not are
+    counted; a batch that had some reads them again for its dead letters; then the batch's
+    marker. A thread of the driver rolls staged rows into finished files."""
+
+    def _sink(self):
+        return self.config.spec.all_sinks()[self.index]
+
+    def __call__(self, parsed, batch_id: int) -> None:
+        from pyspark.sql import Observation
+
+        from .sinks import files
+
+        if not self.tables_ready:
+            spark = parsed.sparkSession
+            root = self.config.sink_config(self.index)["files"]["root"]
+            self.files = files.FileSink(
+                spark,
+                files.base_uri(root, self.sink.path),
+                self.sink,
+                stream_id(self.config.checkpoint),
+            )
+            self.files.recover()
+            alive = functools.partial(query_active, self.session or spark, self.config.pipeline)
+            self.compactor = files.Compactor(self.files, alive).start()
+            self.tables_ready = True
+        self.compactor.check()
+        if self.files.committed(batch_id):
+            log.info("batch %s was staged before (a replay): skipped", batch_id)
+            return
+        columns, count, good, named = self._observed_parts()
+        observation = Observation(f"cp_unparsed_{batch_id}")
+        out = parsed.select(*columns).observe(observation, count).where(good).select(*named)
+        transform = self.config.spec.transform
+        if transform is not None:
+            out.createOrReplaceTempView("source")
+            out = parsed.sparkSession.sql(transform.sql)
+        if self._plan is None:
+            files.check_columns(self.sink, out.columns)
+            self._plan = {"schema": files.schema_digest(out.schema.json())}
+        self.files.stage(out, batch_id)
+        unparsed = files.observed(observation)
+        if unparsed != 0:  # None (not reported): read them to be safe
+            letters = self._dead_letters(parsed.select(*self.one_pass_columns()))
+            counted = Observation(f"cp_dead_{batch_id}")
+            self.files.write_dead_letters(letters.observe(counted, _count_all()), batch_id)
+            unparsed = files.observed(counted)
+        self.files.commit(batch_id, schema=self._plan["schema"], dead_letters=unparsed)
+        self.compactor.poke()
+        log.info("batch %s: staged (files), %s dead letters", batch_id, unparsed)
+
+
+def _count_all():
+    from pyspark.sql import functions as F
+
+    return F.count(F.lit(1)).alias("n")
+
+
+def query_active(spark, name: str) -> bool:
+    """Whether a streaming query of this name runs in the application."""
+    return any(q.name() == name for q in spark._jsparkSession.streams().active())
+
+
 def parse_error(source) -> str:
     """What a dead letter's error says about a value that did not parse."""
     if source.format == "avro":
@@ -757,7 +830,7 @@ def marker_scope(spec: PipelineSpec, index: int) -> str:
     if not spec.sinks:
         return ""
     sink = spec.sinks[index]
-    target = sink.topic if sink.kind == "kafka" else sink.table
+    target = sink_target(sink)
     digest = hashlib.sha1(f"{sink.kind}:{sink.connection}:{target}".encode()).hexdigest()  # noqa: S324 - a name
     return f"/s{digest[:10]}"
 
@@ -784,7 +857,7 @@ class SinksWriter:
 
 
 def writer_class(sink) -> type[BatchWriter]:
-    return KafkaBatchWriter if sink.kind == "kafka" else BatchWriter
+    return {"kafka": KafkaBatchWriter, "files": FilesBatchWriter}.get(sink.kind, BatchWriter)
 
 
 def batch_writer(config: RunConfig, partitions: int):
@@ -804,10 +877,13 @@ def start_query(spark, config: RunConfig, *, available_now: bool = False):
     # checkpoint was started with in its offset log, so this changes only new checkpoints.
     spark.conf.set("spark.sql.shuffle.partitions", str(pin.min_partitions))
     raw = source_frame(spark, config, pin)
+    batches = batch_writer(config, pin.min_partitions)
+    for each in getattr(batches, "writers", [batches]):
+        each.session = spark  # the session the query runs in (foreachBatch gets a clone)
     writer = (
         parsed_frame(raw, config.spec)
         .writeStream.queryName(config.pipeline)
-        .foreachBatch(batch_writer(config, pin.min_partitions))
+        .foreachBatch(batches)
         .option("checkpointLocation", config.checkpoint)
     )
     if available_now:

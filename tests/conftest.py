@@ -169,3 +169,25 @@ def pipeline(api, kafka_connection, postgres_connection):
     response = api.post("/api/pipelines/", {"name": "orders", "spec": valid_spec()}, format="json")
     assert response.status_code == 201, response.json()
     return response.json()
+
+
+@pytest.fixture
+def files_dir(settings, tmp_path):
+    """CONTROLPLANE_FILES_DIR for this test: the directory local (file:) roots must be in."""
+    path = tmp_path / "files"
+    path.mkdir()
+    settings.CONTROLPLANE_FILES_DIR = str(path)
+    return path
+
+
+@pytest.fixture
+def files_connection(api, files_dir):
+    """`lake`: a files connection whose local root (made here) is in the files directory."""
+    (files_dir / "lake").mkdir()
+    response = api.post(
+        "/api/connections/",
+        {"name": "lake", "kind": "files", "settings": {"root": f"file://{files_dir}/lake/"}},
+        format="json",
+    )
+    assert response.status_code == 201, response.json()
+    return response.json()

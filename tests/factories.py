@@ -29,3 +29,8 @@ def valid_spec(**overrides) -> dict:
     for key, value in overrides.items():
         spec[key] = value
     return spec
+
+
+def files_spec(path: str = "orders/clean", **sink) -> dict:
+    """valid_spec() writing files under `path` of the `lake` connection instead of Postgres."""
+    return valid_spec(sink={"kind": "files", "connection": "lake", "path": path, **sink})

@@ -122,6 +122,41 @@ def test_tls_files_must_be_in_the_certificate_directory(tmp_path):
     assert clean["ssl_cafile"] == str(certs / "ca.pem")
 
 
+def test_local_files_roots_must_be_inside_the_files_directory(tmp_path):
+    files = tmp_path / "files"
+    (files / "lake").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (files / "escape").symlink_to(tmp_path / "elsewhere")
+
+    def root_error(root: str, policy: ConnectionPolicy | None) -> str:
+        with pytest.raises(SpecError) as caught:
+            validate_connection("files", {"root": root}, {}, policy)
+        problems = caught.value.as_dict()
+        assert list(problems) == ["settings.root"]
+        return problems["settings.root"][0]
+
+    # No directory allowed (the default policy, the production profile): no local root,
+    # and the message says which setting allows them.
+    message = root_error(f"file://{files}/lake", None)
+    assert "not allowed until an admin sets CONTROLPLANE_FILES_DIR" in message
+    policy = ConnectionPolicy(files_dir=str(files))
+    for root in (f"file://{files}", f"file://{files}/lake", f"file://{files}/not-yet-made"):
+        clean, _ = validate_connection("files", {"root": root}, {}, policy)
+        assert clean == {"root": root}
+    for escape in (
+        f"file://{tmp_path}/elsewhere",
+        f"file://{files}/escape",  # a symbolic link out of it
+        f"file://{files}/escape/deeper",
+        "file:///etc",
+        "file:///",
+    ):
+        assert "is not inside" in root_error(escape, policy), escape
+    assert "CONTROLPLANE_FILES_DIR" in root_error("file:///etc", policy)
+    # Other file systems are not local: the files directory says nothing about them.
+    for root in ("hdfs://nn:8020/lake", "s3a://bucket/lake"):
+        assert validate_connection("files", {"root": root}, {}, None)[0] == {"root": root}
+
+
 def test_connect_arguments_spell_everything_out_and_read_no_local_files():
     kwargs = postgres_conninfo({"dsn": "postgresql://app@db:5433/sales"}, {"password": "pw"})
     assert "conninfo" not in kwargs  # nothing libpq would parse on its own

@@ -270,3 +270,32 @@ def test_a_kafka_sink_s_dead_letters_are_in_its_topic_and_the_api_says_so(
     from controlplane.definitions.models import Pipeline
 
     assert dead_letters.counts(list(Pipeline.objects.filter(name="k"))) == {}
+
+
+def test_a_files_sink_s_dead_letters_are_files_and_the_api_and_pages_say_where(
+    api, operator_api, client, kafka_connection, files_connection, files_dir
+):
+    from django.urls import reverse
+
+    from controlplane.definitions.models import Pipeline
+    from tests.factories import files_spec
+
+    created = api.post("/api/pipelines/", {"name": "f", "spec": files_spec("out")}, format="json")
+    assert created.status_code == 201, created.json()
+    where = f"file://{files_dir}/lake/out/_cp_dead_letters/"
+    base = "/api/pipelines/f/dead-letters/"
+    for response in (
+        operator_api.get(base),
+        operator_api.get(base + "batches/"),
+        operator_api.get(base + "download/"),
+        operator_api.post(base + "redrive/", {"to": "source"}, format="json"),
+    ):
+        assert response.status_code == 409
+        assert f"JSON Lines files under {where}" in response.json()["detail"]
+    assert dead_letters.counts(list(Pipeline.objects.filter(name="f"))) == {}
+    client.force_login(Pipeline.objects.get(name="f").created_by)
+    page = client.get(reverse("pipeline", args=["f"])).content.decode()
+    assert f"JSON Lines files under <code>{where}</code>" in page
+    assert "browse, download, redrive" not in page
+    page = client.get(reverse("pipeline-dead-letters", args=["f"])).content.decode()
+    assert where in page

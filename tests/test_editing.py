@@ -387,3 +387,121 @@ def test_several_sinks_are_edited_as_a_list_and_replace_the_one_sink():
     assert "sinks" not in back and parse_spec(back, connections=known).sink.table
     placed = forms.place_errors({"spec.sinks[1].topic": ["is required"]}, forms.PIPELINE_FIELDS)
     assert placed == {"sinks": ["sinks[1].topic: is required"]}
+
+
+# -- files: the sink's fields and the connection's root ------------------------------------------
+
+
+def test_a_files_sink_is_edited_with_its_own_fields_and_problems_land_on_them():
+    known = {"events": "kafka", "warehouse": "postgres", "lake": "files"}
+    spec = parse_spec(valid_spec(), connections=known).to_dict()
+    post = {
+        **form_for(spec),
+        "sink_kind": "files",
+        "sink_connection": "lake",
+        "files_path": "sales/orders",
+        "files_format": "json",
+        "partition_by": "id, ts",
+        "target_file_mb": "64",
+        "max_file_age_seconds": "120",
+        "table": "ignored",  # the other kinds' fields: not sent
+        "sink_topic": "ignored",
+    }
+    parsed = forms.pipeline_from_form(post, spec)
+    assert parsed.errors == {}
+    sink = parse_spec(parsed.data["spec"], connections=known).to_dict()["sink"]
+    assert sink == {
+        "kind": "files",
+        "connection": "lake",
+        "path": "sales/orders",
+        "format": "json",
+        "partition_by": ["id", "ts"],
+        "target_file_mb": 64,
+        "max_file_age_seconds": 120.0,
+        "inactivity_seconds": 300.0,
+    }
+    again = forms.pipeline_values("orders", "", parse_spec(parsed.data["spec"]).to_dict())
+    assert (again["files_path"], again["files_format"], again["partition_by"]) == (
+        "sales/orders",
+        "json",
+        "id, ts",
+    )
+    assert "table" not in again and "sink_topic" not in again
+    round_trip = forms.pipeline_from_form(form_for(parse_spec(parsed.data["spec"]).to_dict()), {})
+    assert parse_spec(round_trip.data["spec"]).to_dict()["sink"] == sink
+    placed = forms.place_errors(
+        {
+            "spec.sink.path": ["pipeline 'x' writes its files there already"],
+            "spec.sink.partition_by[1]": ["column 'ts' is not in the source schema"],
+            "spec.sink.inactivity_seconds": ["must be more than 0"],
+        },
+        forms.PIPELINE_FIELDS,
+        sink="files",
+    )
+    assert placed == {
+        "files_path": ["pipeline 'x' writes its files there already"],
+        "partition_by": ["sink.partition_by[1]: column 'ts' is not in the source schema"],
+        "inactivity_seconds": ["must be more than 0"],
+    }
+
+
+def test_an_editor_creates_a_files_pipeline_from_the_form_and_an_overlap_is_shown_on_its_path(
+    editor, kafka_connection, files_connection, files_dir
+):
+    page = editor.get(reverse("pipeline-new")).content.decode()
+    assert '<option value="files">' in page and '<option value="lake">' in page
+    assert 'data-sink="files"' in page and 'id="f-files_path"' in page
+    post = new_pipeline_post(
+        sink_kind="files",
+        sink_connection="lake",
+        files_path="payments",
+        files_format="parquet",
+        partition_by="1x",
+        table=None,
+        mode=None,
+    )
+    response = editor.post(reverse("pipeline-new"), post)
+    assert response.status_code == 400
+    assert "is not a partition column name" in field_errors(
+        response.content.decode(), "partition_by"
+    )
+    response = editor.post(reverse("pipeline-new"), {**post, "partition_by": ""})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    sink = Pipeline.objects.get(name="payments").spec["sink"]
+    assert (sink["kind"], sink["connection"], sink["path"]) == ("files", "lake", "payments")
+    page = editor.get(reverse("pipeline", kwargs={"name": "payments"})).content.decode()
+    assert f"<code>file://{files_dir}/lake/payments/_cp_dead_letters/</code>" in page
+    # Another pipeline into a directory inside it: refused, the problem under the path.
+    response = editor.post(
+        reverse("pipeline-new"),
+        {**post, "name": "refunds", "files_path": "payments/refunds", "partition_by": ""},
+    )
+    assert response.status_code == 400
+    assert "where pipeline &#x27;payments&#x27; writes its files" in field_errors(
+        response.content.decode(), "files_path"
+    )
+
+
+def test_an_editor_defines_a_files_connection_and_a_bad_root_is_shown_on_its_field(
+    editor, files_dir
+):
+    listing = editor.get(reverse("connections")).content.decode()
+    assert "?kind=files" in listing
+    form = editor.get(reverse("connection-new") + "?kind=files").content.decode()
+    assert 'id="f-root"' in form and "New files connection" in form
+    response = editor.post(
+        reverse("connection-new"), {"kind": "files", "name": "lake", "root": "/srv/lake"}
+    )
+    assert response.status_code == 400
+    assert "must be a URI" in field_errors(response.content.decode(), "root")
+    response = editor.post(
+        reverse("connection-new"),
+        {"kind": "files", "name": "lake", "root": f"file://{files_dir}/lake/"},
+    )
+    assert response.status_code == 302
+    stored = Connection.objects.get(name="lake")
+    assert (stored.kind, stored.settings) == ("files", {"root": f"file://{files_dir}/lake"})
+    listing = editor.get(reverse("connections")).content.decode()
+    assert "File system (local or Hadoop)" in listing and f"file://{files_dir}/lake" in listing
+    form = editor.get(reverse("connection-edit", kwargs={"name": "lake"})).content.decode()
+    assert f'value="file://{files_dir}/lake"' in form

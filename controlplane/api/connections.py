@@ -27,7 +27,7 @@ ProbeResultSerializer = inline_serializer(
 
 
 class ConnectionViewSet(viewsets.ModelViewSet):
-    """Kafka clusters and Postgres targets. Secrets are write-only."""
+    """Kafka clusters, Postgres targets and file system roots. Secrets are write-only."""
 
     action_roles = {"test": OPERATOR}  # trying a connection changes nothing
 
@@ -80,7 +80,9 @@ class ConnectionViewSet(viewsets.ModelViewSet):
     @extend_schema(request=None, responses={200: OpenApiResponse(ProbeResultSerializer)})
     @action(detail=True, methods=["post"])
     def test(self, request, name: str | None = None) -> Response:
-        """Really connect: list the cluster's topics, or run `SELECT 1`.
+        """Really connect: list the cluster's topics, or run `SELECT 1`; for a files
+        connection, check that a local root is a writable directory (other roots are not
+        probed from the control plane).
 
         Answers 200 with `ok: false` and the reason when the target cannot be reached.
         """

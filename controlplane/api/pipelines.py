@@ -404,7 +404,7 @@ class PipelineViewSet(viewsets.ModelViewSet):
 
     @staticmethod
     def _unavailable(exc: Exception) -> Response:
-        if isinstance(exc, dead_letters.InTopic):
+        if isinstance(exc, dead_letters.Elsewhere):
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
 

@@ -1,4 +1,5 @@
-"""Named Kafka clusters and Postgres targets, referenced by name from pipeline specs."""
+"""Named Kafka clusters, Postgres targets and file system roots, referenced by name from
+pipeline specs."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ NAME_VALIDATOR = RegexValidator(
 class ConnectionKind(models.TextChoices):
     KAFKA = "kafka", "Kafka cluster"
     POSTGRES = "postgres", "PostgreSQL database"
+    FILES = "files", "File system (local or Hadoop)"
 
 
 class Connection(models.Model):

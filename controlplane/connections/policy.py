@@ -1,12 +1,15 @@
 """What a connection may point at, and what happens to its secrets when that changes.
 
 `jobs.connections` checks a connection's own settings (the DSN allow-list, TLS files from one
-directory). This module adds what only the control plane knows:
+directory, local file roots under one directory). This module adds what only the control
+plane knows:
 
 - **The control plane's own database is off limits.** A Postgres connection that resolves to
   the same server (by address, through DNS names, loopback and this host's own addresses, or
   the Unix socket) and the same database as the control plane is refused: a pipeline writing
   there could forge commit markers, users or tokens.
+- **The control plane's own directories are off limits.** A files connection whose local root
+  holds or is inside the checkpoint or runs root is refused.
 - **Secrets follow their endpoint.** A stored password is only ever sent to the endpoint it
   was entered for: changing where a connection points (host, port, database, user, brokers,
   security protocol, TLS trust) drops the stored secrets unless new ones come with the change.
@@ -26,6 +29,7 @@ from django.db import connection as db_connection
 
 from jobs.connections import (
     ConnectionPolicy,
+    check_files_root,
     parse_postgres_dsn,
     postgres_conninfo,
     validate_connection,
@@ -50,6 +54,7 @@ def connection_policy() -> ConnectionPolicy:
     return ConnectionPolicy(
         cert_dir=django_settings.CONTROLPLANE_CERT_DIR or None,
         allow_unix_sockets=django_settings.CONTROLPLANE_ALLOW_UNIX_SOCKETS,
+        files_dir=django_settings.CONTROLPLANE_FILES_DIR or None,
     )
 
 
@@ -99,6 +104,10 @@ def clean_connection(
         problem = control_plane_database_problem(clean_settings["dsn"])
         if problem:
             raise SpecError([FieldError("settings.dsn", problem)])
+    if kind == "files" and clean_settings.get("root"):
+        problem = control_plane_directory_problem(clean_settings["root"])
+        if problem:
+            raise SpecError([FieldError("settings.root", problem)])
     dropped = tuple(k for k in dropped if k not in clean_secrets)
     return Cleaned(clean_settings, clean_secrets, dropped)
 
@@ -115,9 +124,38 @@ def postgres_connect_arguments(
     return postgres_conninfo(settings, secrets, connection_policy())
 
 
+def files_connection_root(settings: Mapping[str, Any]) -> str:
+    """A stored files connection's root URI (normalised, no trailing slash), checked again
+    (the policy may have changed since it was saved); raises ValueError saying what is wrong
+    with its `settings.root`."""
+    root = check_files_root(settings.get("root") or "", connection_policy())
+    problem = control_plane_directory_problem(root)
+    if problem:
+        raise ValueError(problem)
+    return root
+
+
+def control_plane_directory_problem(root: str) -> str | None:
+    """Why a local root may not be used (it holds, or is inside, the directories where the
+    control plane keeps checkpoints and runs: their files could be overwritten), or None."""
+    if not root.startswith("file://"):
+        return None
+    path = os.path.realpath(root.removeprefix("file://") or "/")
+    for name in ("CONTROLPLANE_CHECKPOINT_ROOT", "CONTROLPLANE_RUNS_ROOT"):
+        own = os.path.realpath(str(getattr(django_settings, name)))
+        if os.path.commonpath([own, path]) in (own, path):
+            return (
+                f"overlaps the control plane's own directory {own} ({name}); a pipeline may"
+                " not write there"
+            )
+    return None
+
+
 def endpoint(kind: str, settings: Mapping[str, Any]) -> tuple:
     if kind == "kafka":
         return tuple(_frozen(settings.get(name)) for name in KAFKA_ENDPOINT)
+    if kind == "files":
+        return (settings.get("root"),)
     try:
         params = parse_postgres_dsn(settings.get("dsn") or "", connection_policy_lenient())
     except ValueError:
@@ -128,7 +166,7 @@ def endpoint(kind: str, settings: Mapping[str, Any]) -> tuple:
 def connection_policy_lenient() -> ConnectionPolicy:
     """For reading stored settings only (never for connecting): accepts what an older, looser
     policy may have stored, so that comparing endpoints never fails."""
-    return ConnectionPolicy(cert_dir="/", allow_unix_sockets=True)
+    return ConnectionPolicy(cert_dir="/", allow_unix_sockets=True, files_dir="/")
 
 
 def _frozen(value: Any) -> Any:

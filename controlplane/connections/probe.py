@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -13,7 +14,7 @@ from jobs.connections import kafka_client_config
 from jobs.kafka.auth import SaslLoginError, check_sasl_login
 
 from .models import Connection
-from .policy import postgres_connect_arguments
+from .policy import files_connection_root, postgres_connect_arguments
 
 
 @dataclass
@@ -40,6 +41,8 @@ def probe(connection: Connection, timeout: float) -> ProbeResult:
     try:
         if connection.kind == "kafka":
             result = _probe_kafka(connection.settings, secrets, timeout)
+        elif connection.kind == "files":
+            result = _probe_files(connection.settings)
         else:
             result = _probe_postgres(connection.settings, secrets, timeout)
     except SaslLoginError as exc:  # says what was refused, without the password
@@ -89,3 +92,29 @@ def _probe_postgres(settings: dict, secrets: dict, timeout: float) -> ProbeResul
         (one,) = conn.execute("SELECT 1").fetchone()
         version = conn.execute("SHOW server_version").fetchone()[0]
     return ProbeResult(one == 1, 0, "SELECT 1 succeeded", server_version=version)
+
+
+def _probe_files(settings: dict) -> ProbeResult:
+    """A local root: an existing directory this process may write into (the jobs may run as
+    another user). Any other root is reached only by the jobs, through the cluster's Hadoop
+    configuration: not probed here."""
+    try:
+        root = files_connection_root(settings)
+    except ValueError as exc:
+        return ProbeResult(False, 0, f"refused: the root {exc}")
+    if not root.startswith("file://"):
+        scheme = root.partition(":")[0]
+        return ProbeResult(
+            True,
+            0,
+            f"not probed from the control plane: {scheme}:// roots are reached only by the"
+            " Spark jobs, with the cluster's Hadoop configuration (the root's form is valid)",
+        )
+    path = root.removeprefix("file://") or "/"
+    if not os.path.exists(path):
+        return ProbeResult(False, 0, f"{path} does not exist")
+    if not os.path.isdir(path):
+        return ProbeResult(False, 0, f"{path} is not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        return ProbeResult(False, 0, f"{path} is not writable by the control plane's user")
+    return ProbeResult(True, 0, f"{path} is a writable directory")

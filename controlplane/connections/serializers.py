@@ -24,8 +24,8 @@ class ConnectionSerializer(serializers.ModelSerializer):
     secrets = serializers.JSONField(
         write_only=True,
         required=False,
-        help_text="Passwords (kafka: sasl_password, ssl_password; postgres: password). "
-        "Never returned.",
+        help_text="Passwords (kafka: sasl_password, ssl_password; postgres: password; files: "
+        "none, the cluster's Hadoop configuration gives any credentials). Never returned.",
     )
     secret_fields = serializers.ListField(
         child=serializers.CharField(), read_only=True, help_text="Which secrets are set."

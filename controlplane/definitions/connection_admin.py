@@ -120,6 +120,8 @@ class ConnectionAdmin(admin.ModelAdmin):
     def target(self, obj: Connection) -> str:
         if obj.kind == "kafka":
             return ", ".join(obj.settings.get("bootstrap_servers", []))
+        if obj.kind == "files":
+            return obj.settings.get("root", "")
         return obj.settings.get("dsn", "")
 
     @admin.display(description="secrets set")

@@ -15,8 +15,10 @@ from django.db.models import F
 from django.dispatch import Signal
 from django.utils import timezone
 
-from controlplane.connections.models import Connection
+from controlplane.connections.models import Connection, ConnectionKind
+from jobs.connections import files_root
 from jobs.spec import FieldError, PipelineSpec, SpecError, parse_spec
+from jobs.spec.validate import _nested_paths
 
 from . import audit
 from .models import (
@@ -137,6 +139,79 @@ def _link_connections(pipeline: Pipeline, spec: PipelineSpec) -> None:
         PipelineConnection.objects.get_or_create(pipeline=pipeline, connection=connection)
 
 
+def _check_files_paths(pipeline: Pipeline, spec: PipelineSpec) -> None:
+    """No two pipelines write files to the same directory or to one inside the other (by
+    where their connections' roots and their paths lead, so two connections with one root
+    count too): readers of one would see the other's files, and the sinks' bookkeeping
+    (_cp_staging, _cp_manifest, _cp_dead_letters) would mix. Raises SpecError on each files
+    sink's path. In the saving transaction, before the pipeline's connections are locked:
+    every files connection is locked first (in name order), so that two pipelines saved at
+    once are checked one after the other."""
+    mine = [(i, sink) for i, sink in enumerate(spec.all_sinks()) if sink.kind == "files"]
+    if not mine:
+        return
+    roots = {
+        c.name: c.settings
+        for c in Connection.objects.select_for_update()
+        .filter(kind=ConnectionKind.FILES)
+        .order_by("name")
+    }
+    others = (
+        Pipeline.objects.filter(connections__kind=ConnectionKind.FILES)
+        .exclude(pk=pipeline.pk)
+        .distinct()
+        .order_by("name")
+    )
+    theirs = [
+        (other.name, field, sink)
+        for other in others
+        for field, sink in _sink_fields(other.spec or {})
+        if sink.get("kind") == "files"
+    ]
+    errors = []
+    for i, sink in mine:
+        here = _files_location(roots, sink.connection, sink.path)
+        for name, field, other in theirs:
+            there = _files_location(roots, other.get("connection"), other.get("path"))
+            if here is None or there is None or not _nested_paths(here, there):
+                continue
+            where = f"{field} {other.get('path')!r} of connection {other.get('connection')!r}"
+            if here == there:
+                problem = f"pipeline {name!r} writes its files to {here} already ({where})"
+            else:
+                problem = (
+                    f"{here} and {there}, where pipeline {name!r} writes its files ({where}),"
+                    " are one inside the other"
+                )
+            errors.append(
+                FieldError(
+                    f"sinks[{i}].path" if spec.sinks else "sink.path",
+                    f"{problem}: two pipelines may not write to the same directory or nested"
+                    " ones (readers of one would see the other's files)",
+                )
+            )
+            break
+    if errors:
+        raise SpecError(errors)
+
+
+def _sink_fields(spec: dict) -> list[tuple[str, dict]]:
+    if spec.get("sinks"):
+        return [(f"sinks[{j}].path", s) for j, s in enumerate(spec["sinks"]) if isinstance(s, dict)]
+    sink = spec.get("sink")
+    return [("sink.path", sink)] if isinstance(sink, dict) else []
+
+
+def _files_location(roots: dict[str, dict], connection: Any, path: Any) -> str | None:
+    """Where a files sink writes: its connection's root and its path, as one URI."""
+    if not isinstance(path, str) or connection not in roots:
+        return None
+    try:
+        return f"{files_root(roots[connection])}/{path}"
+    except ValueError:  # a root stored by an older, looser version: by connection then
+        return f"connection {connection}/{path}"
+
+
 def _missing_connection_error(spec: PipelineSpec, name: str) -> FieldError:
     where = "source.connection"
     if spec.source.connection != name:
@@ -185,6 +260,7 @@ def create_pipeline(
             PipelineVersion.objects.create(
                 pipeline=pipeline, version=1, spec=canonical, created_by=user
             )
+            _check_files_paths(pipeline, spec)
             _link_connections(pipeline, spec)
             _check_placement(placement)
             audit.record_with(
@@ -260,6 +336,7 @@ def update_pipeline(
             PipelineVersion.objects.create(
                 pipeline=current, version=new_version, spec=changes["spec"], created_by=user
             )
+            _check_files_paths(current, spec)
             _link_connections(current, spec)
         # Conditional on the version read above: exactly one row, or somebody else won.
         updated = Pipeline.objects.filter(pk=current.pk, version=current.version).update(**changes)

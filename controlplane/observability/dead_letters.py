@@ -12,6 +12,9 @@ the connection policy, never its own database).
   acknowledged are then deleted from the table (a move: the ones that fail again come back
   as new dead letters, at their new offsets); audited;
 * `purge`: letters older than CONTROLPLANE_DEAD_LETTER_RETENTION_DAYS go (beat, hourly).
+
+A pipeline whose first sink is Kafka (a dead-letter topic) or files (JSON Lines files under
+`<root>/<path>/_cp_dead_letters/`) keeps its letters elsewhere: `Elsewhere` says where.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from controlplane.connections.models import Connection
 from controlplane.connections.policy import postgres_connect_arguments
 from controlplane.definitions import audit
 from controlplane.definitions.models import AuditEntry, Pipeline
-from jobs.connections import kafka_client_config
+from jobs.connections import files_root, kafka_client_config
 from jobs.kafka.metadata import metadata_consumer
 from jobs.sinks.postgres import DEAD_LETTERS_TABLE
 
@@ -43,6 +46,8 @@ COLUMNS = 'batch_id, topic, partition, "offset", raw, error, record_time, receiv
 # Kafka's legal topic names.
 TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 REDRIVE_LIMIT = 100_000  # letters per redrive request
+# A files sink's dead letters: JSON Lines under <root>/<path>/_cp_dead_letters/<query>/<batch>/.
+FILES_DEAD_LETTERS_DIR = "_cp_dead_letters"
 
 
 def first_sink(spec: dict) -> dict:
@@ -55,9 +60,36 @@ class Unavailable(Exception):
     """The sink database cannot be read now (answered with 503, saying why)."""
 
 
-class InTopic(Unavailable):
+class Elsewhere(Unavailable):
+    """The pipeline's first sink keeps its dead letters outside a sink database (answered
+    with 409, saying where)."""
+
+
+class InTopic(Elsewhere):
     """The pipeline's sink is Kafka: its dead letters are records of a topic, not rows here
     (answered with 409, naming the topic)."""
+
+
+class InFiles(Elsewhere):
+    """The pipeline's sink is a files sink: its dead letters are JSON Lines files beside its
+    output (answered with 409, naming the directory)."""
+
+
+def files_dead_letters_dir(pipeline: Pipeline) -> str | None:
+    """Where a pipeline whose first sink writes files keeps its dead letters,
+    `<root>/<path>/_cp_dead_letters/` (the root said in words when the connection is gone
+    or its root is not valid any more), else None."""
+    sink = first_sink(pipeline.spec or {})
+    if sink.get("kind") != "files":
+        return None
+    name = sink.get("connection")
+    connection = pipeline.connections.filter(name=name).first()
+    try:
+        root = files_root(connection.settings) if connection is not None else None
+    except ValueError:
+        root = None
+    root = root or f"<the root of connection {name!r}>"
+    return f"{root}/{sink.get('path')}/{FILES_DEAD_LETTERS_DIR}/"
 
 
 class BadFilter(ValueError):
@@ -134,6 +166,12 @@ def _moment(raw: str) -> datetime | None:
 
 def _sink_connection(pipeline: Pipeline) -> Connection:
     sink = first_sink(pipeline.spec)
+    if sink.get("kind") == "files":
+        raise InFiles(
+            f"this pipeline writes files: its dead letters are JSON Lines files under"
+            f" {files_dead_letters_dir(pipeline)} (a directory per query and batch:"
+            " <query id>/<batch id>/), written with their batch"
+        )
     if sink.get("kind") == "kafka":
         raise InTopic(
             f"this pipeline writes to Kafka: its dead letters are the records of topic"

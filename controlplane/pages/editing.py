@@ -30,13 +30,14 @@ def _pipeline_form(request, *, pipeline, values, errors, status=200):
     postgres = Connection.objects.filter(kind=ConnectionKind.POSTGRES).values_list(
         "name", flat=True
     )
+    files = Connection.objects.filter(kind=ConnectionKind.FILES).values_list("name", flat=True)
     placements = [DEDICATED, AUTO, *SparkApplication.objects.values_list("name", flat=True)]
     chosen = values.get("placement") or ""
     if chosen and chosen not in placements:  # e.g. an application deleted since: shown
         placements.append(chosen)
     choices = {
         "source_connection": list(kafka),
-        "sink_connection": [*postgres, *kafka],
+        "sink_connection": [*postgres, *kafka, *files],
         "placement": placements,
     }
     fields = []

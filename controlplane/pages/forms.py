@@ -34,7 +34,7 @@ class Field:
 
 
 RESTART_KINDS = ("exponential-delay", "fixed-delay", "failure-rate", "none")
-SINK_KINDS = ("postgres", "kafka")
+SINK_KINDS = ("postgres", "kafka", "files")
 _RESTART_FIELDS = {  # kind: (field, label, help)
     "fixed-delay": [
         ("attempts", "Attempts", "restarts before giving up"),
@@ -154,7 +154,8 @@ PIPELINE_FIELDS = [
         "sink.kind",
         "Sink",
         "select",
-        "postgres: a table, one transaction per batch; kafka: a topic, Kafka transactions",
+        "postgres: a table, one transaction per batch; kafka: a topic, Kafka transactions;"
+        " files: Parquet, JSON or Avro files under a directory, only finished files visible",
         choices=SINK_KINDS,
     ),
     Field("sink_connection", "sink.connection", "Sink connection", "select"),
@@ -212,13 +213,63 @@ PIPELINE_FIELDS = [
         sink="kafka",
     ),
     Field(
+        "files_path",
+        "sink.path",
+        "Path",
+        help="directories under the connection's root, e.g. sales/orders: the finished files"
+        " go there (no other pipeline may write there or in a directory inside it)",
+        sink="files",
+    ),
+    Field(
+        "files_format",
+        "sink.format",
+        "File format",
+        "select",
+        choices=("parquet", "json", "avro"),
+        sink="files",
+    ),
+    Field(
+        "partition_by",
+        "sink.partition_by",
+        "Partition by (optional)",
+        "list",
+        "output columns, comma-separated, at most 4: written as directories col=value/",
+        sink="files",
+    ),
+    Field(
+        "target_file_mb",
+        "sink.target_file_mb",
+        "Target file size (MB)",
+        "number",
+        "1 to 4096 (empty: 128): a file is finished when its rows reach this size, when its"
+        " oldest row waited the max age or when no row came for the inactivity time",
+        sink="files",
+    ),
+    Field(
+        "max_file_age_seconds",
+        "sink.max_file_age_seconds",
+        "Max file age (s)",
+        "number",
+        "empty: 900; at most 7 days: a file is finished once its oldest row waited this long",
+        sink="files",
+    ),
+    Field(
+        "inactivity_seconds",
+        "sink.inactivity_seconds",
+        "Inactivity (s)",
+        "number",
+        "empty: 300; at most 7 days: a file is finished when no row came for this long",
+        sink="files",
+    ),
+    Field(
         "sinks",
         "sinks",
         "Several sinks (optional)",
         "json",
         'a list of sinks as JSON, e.g. [{"connection": "warehouse", "table": "t"}, {"kind":'
-        ' "kafka", "connection": "events", "topic": "out"}]: each is written exactly once;'
-        " when given, the sink fields above are not used",
+        ' "kafka", "connection": "events", "topic": "out"}, {"kind": "files", "connection":'
+        ' "lake", "path": "sales/orders"}]: each is written exactly once; when given, the'
+        " sink fields above are not used",
     ),
     Field("interval_seconds", "trigger.interval_seconds", "Trigger interval (s)", "number"),
     Field("restart_kind", "restart_policy.kind", "Restart policy", "select", choices=RESTART_KINDS),
@@ -280,10 +331,21 @@ POSTGRES_FIELDS = [
     ),
     Field("password", "secrets.password", "Password", "secret"),
 ]
-CONNECTION_FIELDS = {"kafka": KAFKA_FIELDS, "postgres": POSTGRES_FIELDS}
+FILES_FIELDS = [
+    Field(
+        "root",
+        "settings.root",
+        "Root",
+        help="a URI: file:///path (a local directory inside the one an admin allows,"
+        " CONTROLPLANE_FILES_DIR), hdfs://namenode:8020/path, viewfs://, s3a://bucket/path,"
+        " abfs(s)://container@account..., gs://bucket/path or wasbs://...; credentials come"
+        " from the cluster's Hadoop configuration, never from here",
+    ),
+]
+CONNECTION_FIELDS = {"kafka": KAFKA_FIELDS, "postgres": POSTGRES_FIELDS, "files": FILES_FIELDS}
 CONNECTION_COMMON = [
     Field("name", "name", "Name", help="pipelines refer to it by this name; cannot change later"),
-    Field("kind", "kind", "Kind", "select", choices=("kafka", "postgres")),
+    Field("kind", "kind", "Kind", "select", choices=tuple(CONNECTION_FIELDS)),
     Field("description", "description", "Description"),
 ]
 

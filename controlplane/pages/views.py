@@ -110,6 +110,7 @@ def pipeline_page(request, name: str):
             **_offsets(pipeline),
             "spec_json": json.dumps(pipeline.spec, indent=2, sort_keys=True),
             "dead_letter_topic": _dead_letter_topic(pipeline.spec),
+            "dead_letter_dir": dead_letters.files_dead_letters_dir(pipeline),
             "audit": AuditEntry.objects.filter(pipeline_name=pipeline.name).order_by("-at")[:20],
             "controls": detail.CONTROLS,
             "dangerous": detail.DANGEROUS,

@@ -145,11 +145,26 @@ def run_config(pipeline: Pipeline, run: Run, run_dir: Path, token: str) -> dict:
 
 
 def sink_config(pipeline: Pipeline, sink: dict) -> dict:
-    """One sink's connection arguments: {"postgres": ...} or {"kafka": ...}."""
+    """One sink's connection arguments: {"postgres": ...}, {"kafka": ...} or
+    {"files": {"root": URI}}."""
     connection = pipeline.connections.get(name=sink["connection"])
     if sink.get("kind") == "kafka":
         return {"kafka": kafka_client_config(connection.settings, connection.get_secrets())}
+    if sink.get("kind") == "files":
+        return {"files": {"root": sink_files_root(connection)}}
     return {"postgres": sink_conninfo(connection)}
+
+
+def sink_files_root(sink) -> str:
+    """A files sink's root URI, checked again at every launch against the connection policy
+    (local roots under CONTROLPLANE_FILES_DIR, never the control plane's own directories),
+    which may have changed since the connection was saved."""
+    from controlplane.connections.policy import files_connection_root
+
+    try:
+        return files_connection_root(sink.settings)
+    except ValueError as exc:
+        raise SinkRefused(f"SinkRefused: connection {sink.name!r}: settings.root {exc}") from None
 
 
 def sink_conninfo(sink) -> dict:

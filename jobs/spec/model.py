@@ -108,7 +108,25 @@ class KafkaSink:
     kind: Literal["kafka"] = "kafka"
 
 
-Sink = PostgresSink | KafkaSink
+@dataclass(frozen=True)
+class FilesSink:
+    """Rows staged per batch, rolled into finished files by size, age and inactivity
+    (jobs.sinks.files): only finished files are visible to readers, every row once."""
+
+    connection: str  # a files connection: the root every path is under
+    path: str  # relative to the connection's root: where the finished files go
+    format: Literal["parquet", "json", "avro"] = "parquet"
+    # Output columns written as Hive-style directories (col=value/), in this order.
+    partition_by: tuple[str, ...] = ()
+    # The rolling policy: a file is finished when its rows reach the target size, when its
+    # oldest row has waited max_file_age_seconds, or when no row came for inactivity_seconds.
+    target_file_mb: int = 128
+    max_file_age_seconds: float = 900.0
+    inactivity_seconds: float = 300.0
+    kind: Literal["files"] = "files"
+
+
+Sink = PostgresSink | KafkaSink | FilesSink
 
 
 @dataclass(frozen=True)

@@ -19,17 +19,30 @@ from . import model
 from .avro import FRAMINGS
 from .validate import (
     _GROUP_ID,
+    FILES_PATH_SEGMENT_RE,
     HEADER_NAME_RE,
     IDENTIFIER_RE,
     MAX_DELAY_SECONDS,
     MAX_MIN_PARTITIONS,
+    MAX_PARTITION_COLUMNS,
     MAX_SINKS,
+    MAX_TARGET_FILE_MB,
     MAX_TRANSACTION_TIMEOUT_SECONDS,
+    PARTITION_COLUMN_RE,
     READERS,
     TOPIC_RE,
 )
 
 TOPIC = {"type": "string", "pattern": TOPIC_RE.pattern}
+# A files sink's path: 1-16 directories (each as the validator allows), trailing "/" ignored.
+_SEGMENT = FILES_PATH_SEGMENT_RE.pattern.strip("^$")
+FILES_PATH = {
+    "type": "string",
+    "pattern": f"^{_SEGMENT}(/{_SEGMENT}){{0,15}}/*$",
+    "maxLength": 512,
+    "description": "directories under the connection's root, e.g. sales/orders",
+}
+_DURATION = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_DELAY_SECONDS}
 SQL = {"type": "string", "minLength": 1}
 # Per (dataclass, field): what the validator asks beyond the field's type.
 _FIELDS: dict[tuple[type, str], dict[str, Any]] = {
@@ -107,6 +120,22 @@ _FIELDS: dict[tuple[type, str], dict[str, Any]] = {
         "minimum": 10,
         "maximum": MAX_TRANSACTION_TIMEOUT_SECONDS,
     },
+    (model.FilesSink, "path"): FILES_PATH,
+    (model.FilesSink, "format"): {"enum": ["parquet", "json", "avro"]},
+    (model.FilesSink, "partition_by"): {
+        "type": "array",
+        "items": {"type": "string", "pattern": PARTITION_COLUMN_RE.pattern},
+        "maxItems": MAX_PARTITION_COLUMNS,
+        "uniqueItems": True,
+        "description": "output columns written as directories col=value/, in this order",
+    },
+    (model.FilesSink, "target_file_mb"): {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": MAX_TARGET_FILE_MB,
+    },
+    (model.FilesSink, "max_file_age_seconds"): _DURATION,
+    (model.FilesSink, "inactivity_seconds"): _DURATION,
     (model.Trigger, "interval_seconds"): {"type": "number", "minimum": 0, "maximum": 86400},
     (model.FixedDelay, "attempts"): {"type": "integer", "minimum": 0},
     (model.FailureRate, "max_failures"): {"type": "integer", "minimum": 1},

@@ -18,6 +18,7 @@ from .ddl import ArrayType, DDLError, MapType, StructType, parse_schema, to_ddl
 from .model import (
     ExponentialDelay,
     FailureRate,
+    FilesSink,
     FixedDelay,
     KafkaSink,
     KafkaSource,
@@ -31,6 +32,13 @@ from .sql import SQLError, check_expression, check_transform_sql
 
 # Postgres identifiers we create and quote ourselves: lower case, no quoting surprises, < 64 bytes.
 IDENTIFIER_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+# A files sink's path under its connection's root: relative, segments that start with a letter
+# or digit (never "..", and never hidden: readers skip names starting with "_" or ".").
+FILES_PATH_SEGMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# Partition columns become directory names (col=value): no quoting, never hidden.
+PARTITION_COLUMN_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
+MAX_PARTITION_COLUMNS = 4
+MAX_TARGET_FILE_MB = 4096
 # Kafka's own rule for topic names.
 TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 MAX_DELAY_SECONDS = 7 * 24 * 3600
@@ -239,11 +247,25 @@ def _parse_sinks(
     for i, sink in enumerate(parsed):
         if sink is None:
             continue
-        target = (
-            (sink.kind, sink.connection, sink.topic)
-            if sink.kind == "kafka"
-            else (sink.kind, sink.connection, sink.table)
+        target = (sink.kind, sink.connection, sink_target(sink))
+        nested = next(
+            (
+                j
+                for (kind, connection, other), j in seen.items()
+                if kind == "files" == sink.kind
+                and connection == sink.connection
+                and _nested_paths(other, sink.path)
+            ),
+            None,
         )
+        if target not in seen and nested is not None:
+            errors.append(
+                FieldError(
+                    f"sinks[{i}]",
+                    f"path {sink.path!r} is inside sinks[{nested}]'s or holds it: readers of "
+                    "one would see the other's files",
+                )
+            )
         if target in seen:
             errors.append(
                 FieldError(
@@ -255,6 +277,19 @@ def _parse_sinks(
     if len(errors) > before:
         return ()
     return tuple(parsed)
+
+
+def sink_target(sink) -> str:
+    """What a sink writes, within its connection: a table, a topic or a path."""
+    if sink.kind == "kafka":
+        return sink.topic
+    if sink.kind == "files":
+        return sink.path
+    return sink.table
+
+
+def _nested_paths(a: str, b: str) -> bool:
+    return a == b or b.startswith(a + "/") or a.startswith(b + "/")
 
 
 def _check_connection(
@@ -498,7 +533,7 @@ def _parse_transform(
     return Transform(sql=sql.strip())
 
 
-SINK_KINDS = ("postgres", "kafka")
+SINK_KINDS = ("postgres", "kafka", "files")
 
 
 def _parse_sink(
@@ -509,12 +544,14 @@ def _parse_sink(
     transform: Transform | None,
     *,
     path: str = "sink",
-) -> PostgresSink | KafkaSink | None:
+) -> PostgresSink | KafkaSink | FilesSink | None:
     if data is None:
         return None
     kind = data.get("kind", "postgres") if isinstance(data, Mapping) else None
     if kind == "kafka":
         return _parse_kafka_sink(errors, data, connections, source, transform, path=path)
+    if kind == "files":
+        return _parse_files_sink(errors, data, connections, source, transform, path=path)
     s = Section(errors, path, data, _names(PostgresSink))
     s.string("kind", "postgres", choices=SINK_KINDS)
     connection = s.string("connection")
@@ -624,6 +661,88 @@ def _parse_kafka_sink(
         format=fmt,
         dead_letter_topic=dead_letter_topic,
         transaction_timeout_seconds=timeout,
+    )
+
+
+def _parse_files_sink(
+    errors: list[FieldError],
+    data: Mapping[str, Any],
+    connections: Mapping[str, str] | None,
+    source: KafkaSource | None,
+    transform: Transform | None,
+    *,
+    path: str = "sink",
+) -> FilesSink | None:
+    s = Section(errors, path, data, _names(FilesSink))
+    connection = s.string("connection")
+    _check_connection(s, connection, "files", connections)
+    where = s.string("path")
+    if where is not None:
+        segments = where.strip("/").split("/") if where.strip("/") else []
+        if where.startswith("/") or "://" in where:
+            s.error("path", "must be relative: the connection gives the root it is under")
+        elif not segments or len(segments) > 16 or len(where) > 512:
+            s.error("path", "must name 1-16 directories under the connection's root")
+        elif bad := next((x for x in segments if not FILES_PATH_SEGMENT_RE.match(x)), None):
+            s.error(
+                "path",
+                f"directory {bad!r} is not allowed: use letters, digits, '.', '_' and '-', "
+                "starting with a letter or digit (names starting with '_' or '.' are hidden "
+                "from readers)",
+            )
+        where = "/".join(segments)
+    fmt = s.string("format", "parquet", choices=("parquet", "json", "avro"))
+    columns = None  # without a transform the output columns are the source schema's
+    if source is not None and transform is None:
+        columns = [f.name for f in parse_schema(source.schema).fields]
+    partition_by = s.get("partition_by", [])
+    if isinstance(partition_by, str):
+        partition_by = [partition_by]
+    if not isinstance(partition_by, list):
+        s.error("partition_by", "must be a list of column names")
+        partition_by = []
+    if len(partition_by) > MAX_PARTITION_COLUMNS:
+        s.error("partition_by", f"at most {MAX_PARTITION_COLUMNS} columns")
+    for i, column in enumerate(partition_by):
+        if not isinstance(column, str) or not PARTITION_COLUMN_RE.match(column):
+            s.error(
+                f"partition_by[{i}]",
+                f"{column!r} is not a partition column name: letters, digits and underscores, "
+                "starting with a letter",
+            )
+        elif columns is not None and column.lower() not in {c.lower() for c in columns}:
+            s.error(f"partition_by[{i}]", f"column {column!r} is not in the source schema")
+    if len({str(c).lower() for c in partition_by}) != len(partition_by):
+        s.error("partition_by", "lists a column twice")
+    elif columns is not None and partition_by and len(partition_by) >= len(columns):
+        s.error("partition_by", "leaves no column to write in the files")
+    target = s.integer(
+        "target_file_mb", FilesSink.target_file_mb, minimum=1, maximum=MAX_TARGET_FILE_MB
+    )
+    max_age = s.number(
+        "max_file_age_seconds",
+        FilesSink.max_file_age_seconds,
+        minimum=0,
+        exclusive_minimum=True,
+        maximum=MAX_DELAY_SECONDS,
+    )
+    inactivity = s.number(
+        "inactivity_seconds",
+        FilesSink.inactivity_seconds,
+        minimum=0,
+        exclusive_minimum=True,
+        maximum=MAX_DELAY_SECONDS,
+    )
+    if not s.ok:
+        return None
+    return FilesSink(
+        connection=connection,
+        path=where,
+        format=fmt,
+        partition_by=tuple(partition_by),
+        target_file_mb=target,
+        max_file_age_seconds=float(max_age),
+        inactivity_seconds=float(inactivity),
     )
 
 

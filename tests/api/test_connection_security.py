@@ -16,7 +16,7 @@ from django.utils import timezone
 from controlplane.connections.models import Connection
 from controlplane.definitions.models import AuditEntry, Pipeline, Status
 from controlplane.supervision import reconciler
-from tests.factories import valid_spec
+from tests.factories import files_spec, valid_spec
 
 
 class PasswordCatcher:
@@ -274,3 +274,26 @@ def test_connection_create_update_and_delete_are_audited(api):
 def test_pipeline_creation_is_audited(api, pipeline):
     listed = api.get("/api/audit/?pipeline=orders").json()["results"]
     assert [(e["action"], e["actor"]) for e in listed] == [("create", "oncall")]
+
+
+def test_a_files_sink_gets_its_root_at_launch_checked_again_against_the_policy(
+    api, kafka_connection, files_connection, files_dir, settings
+):
+    from controlplane.supervision import launcher
+
+    created = api.post("/api/pipelines/", {"name": "files", "spec": files_spec()}, format="json")
+    assert created.status_code == 201, created.json()
+    stored = Pipeline.objects.get(name="files")
+    sink = stored.spec["sink"]
+    assert launcher.sink_config(stored, sink) == {"files": {"root": f"file://{files_dir}/lake"}}
+    # The policy changed since the connection was saved (the production profile, say).
+    settings.CONTROLPLANE_FILES_DIR = None
+    with pytest.raises(launcher.SinkRefused, match=r"connection 'lake': settings\.root local"):
+        launcher.sink_config(stored, sink)
+    Pipeline.objects.filter(pk=stored.pk).update(desired_state="running", status=Status.STOPPED)
+    reconciler.reconcile_pipeline(stored.pk, timezone.now())
+    stored.refresh_from_db()
+    assert stored.status == Status.FAILED  # permanent: not restarted
+    failure = stored.failures.get()
+    assert failure.permanent and "CONTROLPLANE_FILES_DIR" in failure.message
+    assert not stored.runs.exclude(pid=None).exists()  # no driver was started

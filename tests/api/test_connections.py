@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 from django.db import connection as django_db
@@ -186,3 +187,89 @@ def test_pipelines_refer_to_connections_by_name(api, kafka_connection, postgres_
     response = api.post("/api/pipelines/", {"name": "p", "spec": valid_spec()}, format="json")
     assert response.status_code == 201
     assert response.json()["spec"]["source"]["connection"] == "events"
+
+
+# -- files connections ------------------------------------------------------------------------
+
+
+def test_a_files_connection_keeps_its_normalised_root_and_has_no_secrets(api, files_dir):
+    response = create(api, name="lake", kind="files", settings={"root": f"file:{files_dir}/a/"})
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert (body["kind"], body["settings"], body["secret_fields"]) == (
+        "files",
+        {"root": f"file://{files_dir}/a"},
+        [],
+    )
+    response = create(api, name="hdfs", kind="files", settings={"root": "hdfs://nn:8020/lake"})
+    assert response.status_code == 201, response.json()
+    assert api.get("/api/connections/hdfs/").json()["settings"] == {"root": "hdfs://nn:8020/lake"}
+
+
+def test_bad_files_roots_are_refused_on_settings_root(api, files_dir, settings):
+    for root, message in (
+        ("/srv/lake", "must be a URI"),
+        ("ftp://h/x", "scheme 'ftp' is not one of"),
+        (f"file://{files_dir}/../x", "is not normalised"),
+        ("file:///etc", "is not inside"),
+    ):
+        response = create(api, name="lake", kind="files", settings={"root": root})
+        assert response.status_code == 400, root
+        assert message in response.json()["settings.root"][0], response.json()
+    response = create(api, name="lake", kind="files", settings={"root": "x"}, secrets={"a": "b"})
+    assert set(response.json()) == {"settings.root", "secrets.a"}
+    settings.CONTROLPLANE_FILES_DIR = None  # the production profile's default
+    response = create(api, name="lake", kind="files", settings={"root": f"file://{files_dir}"})
+    assert "CONTROLPLANE_FILES_DIR" in response.json()["settings.root"][0]
+    assert not Connection.objects.exists()
+
+
+def test_a_local_root_may_not_hold_or_be_inside_the_control_plane_s_own_directories(
+    api, settings, tmp_path
+):
+    settings.CONTROLPLANE_FILES_DIR = str(tmp_path)
+    settings.CONTROLPLANE_CHECKPOINT_ROOT = tmp_path / "cp" / "checkpoints"
+    settings.CONTROLPLANE_RUNS_ROOT = tmp_path / "cp" / "runs"
+    for root in (f"file://{tmp_path}/cp", f"file://{tmp_path}/cp/runs/orders"):
+        response = create(api, name="lake", kind="files", settings={"root": root})
+        assert response.status_code == 400
+        assert "the control plane's own directory" in response.json()["settings.root"][0]
+    response = create(api, name="lake", kind="files", settings={"root": f"file://{tmp_path}/lake"})
+    assert response.status_code == 201, response.json()
+
+
+def test_the_files_check_looks_at_a_local_root_and_says_it_does_not_probe_others(
+    api, files_dir, settings
+):
+    create(api, name="lake", kind="files", settings={"root": f"file://{files_dir}/lake"})
+    body = api.post("/api/connections/lake/test/").json()
+    assert (body["ok"], body["detail"]) == (False, f"{files_dir}/lake does not exist")
+    (files_dir / "lake").write_text("not a directory")
+    body = api.post("/api/connections/lake/test/").json()
+    assert (body["ok"], body["detail"]) == (False, f"{files_dir}/lake is not a directory")
+    (files_dir / "lake").unlink()
+    (files_dir / "lake").mkdir(mode=0o500)
+    try:
+        body = api.post("/api/connections/lake/test/").json()
+        if os.geteuid() != 0:  # root may write anywhere
+            assert body["ok"] is False
+            assert body["detail"] == f"{files_dir}/lake is not writable by the control plane's user"
+        (files_dir / "lake").chmod(0o700)
+        body = api.post("/api/connections/lake/test/").json()
+        assert (body["ok"], body["detail"]) == (True, f"{files_dir}/lake is a writable directory")
+    finally:
+        (files_dir / "lake").chmod(0o700)
+    # Allowed when saved, not any more: refused without looking.
+    settings.CONTROLPLANE_FILES_DIR = None
+    body = api.post("/api/connections/lake/test/").json()
+    assert body["ok"] is False and "CONTROLPLANE_FILES_DIR" in body["detail"]
+    create(api, name="hdfs", kind="files", settings={"root": "hdfs://nn:8020/lake"})
+    body = api.post("/api/connections/hdfs/test/").json()
+    assert body["ok"] is True
+    assert body["detail"].startswith("not probed from the control plane: hdfs:// roots")
+
+
+def test_the_admin_lists_a_files_connection_with_its_root(admin_client, api):
+    create(api, name="hdfs", kind="files", settings={"root": "hdfs://nn:8020/lake"})
+    listing = admin_client.get("/admin/connections/connection/").content.decode()
+    assert "hdfs://nn:8020/lake" in listing

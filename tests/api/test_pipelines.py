@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from controlplane.definitions.models import Pipeline, PipelineVersion
-from tests.factories import valid_spec
+from jobs.spec import SpecError
+from tests.factories import files_spec, valid_spec
 
 
 def test_creating_a_pipeline_stores_the_canonical_spec_as_version_1(api, pipeline):
@@ -168,3 +169,83 @@ def test_deleting_a_stopped_pipeline_removes_it_and_its_history(api, pipeline):
     assert api.delete("/api/pipelines/orders/").status_code == 204
     assert api.get("/api/pipelines/orders/").status_code == 404
     assert not PipelineVersion.objects.exists()
+
+
+# -- files sinks: no two pipelines write to one directory ------------------------------------
+
+
+def test_two_pipelines_may_not_write_files_to_the_same_or_nested_directories(
+    api, kafka_connection, files_connection, files_dir
+):
+    def create(name, spec):
+        return api.post("/api/pipelines/", {"name": name, "spec": spec}, format="json")
+
+    assert create("first", files_spec("sales/orders")).status_code == 201
+    root = f"file://{files_dir}/lake"
+    for path, problem in (
+        ("sales/orders", f"pipeline 'first' writes its files to {root}/sales/orders already"),
+        ("sales/orders/", f"pipeline 'first' writes its files to {root}/sales/orders already"),
+        ("sales", f"{root}/sales and {root}/sales/orders, where pipeline 'first' writes"),
+        ("sales/orders/eu", f"{root}/sales/orders/eu and {root}/sales/orders, where pipeline"),
+    ):
+        response = create("second", files_spec(path))
+        assert response.status_code == 400, path
+        message = response.json()["spec.sink.path"][0]
+        assert problem in message and "(sink.path 'sales/orders' of connection 'lake')" in message
+    # Beside it is fine; a shared prefix of letters is not nesting.
+    assert create("second", files_spec("sales/orders-eu")).status_code == 201
+    assert create("third", files_spec("sales/returns")).status_code == 201
+    # Another connection with the same root leads to the same directory.
+    same = {"name": "lake2", "kind": "files", "settings": {"root": root + "/sales"}}
+    assert api.post("/api/connections/", same, format="json").status_code == 201
+    spec = files_spec("orders")
+    spec["sink"]["connection"] = "lake2"
+    response = create("fourth", spec)
+    assert "pipeline 'first' writes its files to" in response.json()["spec.sink.path"][0]
+    # Several sinks: the one that overlaps is named.
+    spec = valid_spec(sinks=[files_spec("mine")["sink"], files_spec("sales/returns/x")["sink"]])
+    spec.pop("sink")
+    response = create("fifth", spec)
+    assert response.status_code == 400
+    assert list(response.json()) == ["spec.sinks[1].path"]
+    assert "pipeline 'third'" in response.json()["spec.sinks[1].path"][0]
+    assert set(Pipeline.objects.values_list("name", flat=True)) == {"first", "second", "third"}
+
+
+def test_an_update_or_rollback_onto_another_pipeline_s_files_is_refused(
+    api, kafka_connection, files_connection
+):
+    def create(name, spec):
+        return api.post("/api/pipelines/", {"name": name, "spec": spec}, format="json")
+
+    assert create("first", files_spec("a")).status_code == 201
+    assert create("second", files_spec("b")).status_code == 201
+    # A pipeline's own directory is not in its way.
+    response = api.patch(
+        "/api/pipelines/first/", {"spec": {"sink": {"format": "json"}}}, format="json"
+    )
+    assert response.status_code == 200, response.json()
+    response = api.patch(
+        "/api/pipelines/second/", {"spec": {"sink": {"path": "a/b"}}}, format="json"
+    )
+    assert response.status_code == 400
+    assert "pipeline 'first'" in response.json()["spec.sink.path"][0]
+    # second moves to c, first takes b: second's version 1 (path b) cannot come back.
+    assert (
+        api.patch(
+            "/api/pipelines/second/", {"spec": {"sink": {"path": "c"}}}, format="json"
+        ).status_code
+        == 200
+    )
+    assert (
+        api.patch(
+            "/api/pipelines/first/", {"spec": {"sink": {"path": "b"}}}, format="json"
+        ).status_code
+        == 200
+    )
+    from controlplane.definitions import services
+
+    with pytest.raises(SpecError) as caught:
+        services.rollback_pipeline(Pipeline.objects.get(name="second"), to_version=1)
+    assert "pipeline 'first' writes its files to" in str(caught.value)
+    assert Pipeline.objects.get(name="second").spec["sink"]["path"] == "c"

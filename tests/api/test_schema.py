@@ -34,8 +34,22 @@ def spec_examples() -> list[dict]:
     avro = {"type": "record", "name": "R", "fields": [{"name": "id", "type": "string"}]}
     kafka_sink = {"kind": "kafka", "connection": "events", "topic": "out", "key": "id"}
     examples = [valid_spec()]
+    files_sink = {"kind": "files", "connection": "lake", "path": "sales/orders"}
+    full_files_sink = {
+        **files_sink,
+        "path": "sales/orders-2026/",
+        "format": "avro",
+        "partition_by": ["id", "ts"],
+        "target_file_mb": 4096,
+        "max_file_age_seconds": 0.5,
+        "inactivity_seconds": 604800,
+    }
     examples.append({**valid_spec(), "sink": kafka_sink})
-    examples.append({**valid_spec(), "sink": None, "sinks": [valid_spec()["sink"], kafka_sink]})
+    examples.append({**valid_spec(), "sink": files_sink})
+    examples.append({**valid_spec(), "sink": full_files_sink})
+    examples.append(
+        {**valid_spec(), "sink": None, "sinks": [valid_spec()["sink"], kafka_sink, files_sink]}
+    )
     examples[-1].pop("sink")
     source = {"connection": "events", "topics": ["t"], "format": "avro", "avro_schema": avro}
     examples.append({"source": source, "sink": {"connection": "warehouse", "table": "t"}})
@@ -72,7 +86,13 @@ def test_the_openapi_document_describes_the_whole_spec_as_json_schema(api):
     assert document["openapi"] == "3.1.0"
     body = document["components"]["schemas"]["PipelineRequest"]["properties"]["spec"]
     assert "#/components/schemas/PipelineSpec" in str(body)
-    for name in ("SpecKafkaSource", "SpecPostgresSink", "SpecKafkaSink", "SpecFailureRate"):
+    for name in (
+        "SpecKafkaSource",
+        "SpecPostgresSink",
+        "SpecKafkaSink",
+        "SpecFilesSink",
+        "SpecFailureRate",
+    ):
         assert name in document["components"]["schemas"]
     for example in spec_examples():
         errors = [e.message for e in validator.iter_errors(example)]
@@ -91,6 +111,28 @@ def test_what_the_schema_refuses_the_validator_refuses_too(api):
         {**valid_spec(), "restart_policy": {"kind": "fixed-delay", "attempts": -1}},
         {**valid_spec(), "sink": {"kind": "kafka", "connection": "events", "topic": "a b"}},
         {**valid_spec(), "trigger": {"interval_seconds": -1}},
+        *[
+            {**valid_spec(), "sink": {"kind": "files", "connection": "lake", **fields}}
+            for fields in (
+                {},  # no path
+                {"path": "/abs"},
+                {"path": "a/../b"},
+                {"path": "_hidden/x"},
+                {"path": "a/.x"},
+                {"path": "hdfs://nn/x"},
+                {"path": "/".join(["d"] * 17)},
+                {"path": "x", "format": "csv"},
+                {"path": "x", "partition_by": ["a", "b", "c", "d", "e"]},
+                {"path": "x", "partition_by": ["1a"]},
+                {"path": "x", "partition_by": ["a-b"]},
+                {"path": "x", "partition_by": ["id", "id"]},
+                {"path": "x", "target_file_mb": 0},
+                {"path": "x", "target_file_mb": 4097},
+                {"path": "x", "max_file_age_seconds": 0},
+                {"path": "x", "inactivity_seconds": 604801},
+                {"path": "x", "table": "t"},
+            )
+        ],
     ]
     for spec in bad:
         assert list(validator.iter_errors(spec)), spec

@@ -1,0 +1,292 @@
+package controlplane.spark;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.UUID;
+import org.apache.avro.file.CodecFactory;
+import org.apache.avro.file.DataFileConstants;
+import org.apache.avro.file.DataFileStream;
+import org.apache.avro.file.DataFileWriter;
+import org.apache.avro.generic.GenericDatumReader;
+import org.apache.avro.generic.GenericDatumWriter;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.LocatedFileStatus;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.fs.RemoteIterator;
+import org.apache.parquet.hadoop.ParquetFileReader;
+import org.apache.parquet.hadoop.ParquetFileWriter;
+import org.apache.parquet.hadoop.ParquetWriter;
+import org.apache.parquet.hadoop.metadata.BlockMetaData;
+import org.apache.parquet.hadoop.metadata.ParquetMetadata;
+import org.apache.parquet.hadoop.util.HadoopInputFile;
+import org.apache.parquet.hadoop.util.HadoopOutputFile;
+import org.apache.parquet.schema.MessageType;
+
+/**
+ * The files sink's file-system work in the driver (jobs/sinks/files.py), on Hadoop's
+ * FileSystem, so any URI Spark writes to works: listing a batch's staged files, small
+ * bookkeeping files written whole or not at all, and merging staged files into one finished
+ * file without decoding a row.
+ *
+ * <p>A merge copies: JSON lines byte for byte, Avro blocks as they are ({@code
+ * DataFileWriter.appendAllFrom}, no recompression), Parquet row groups as they are ({@code
+ * ParquetFileReader.appendTo}: column chunks copied, not re-encoded). Every input must have
+ * the output's schema (the caller groups staged files by the schema their batch wrote).
+ */
+public final class FileSink {
+  private FileSink() {}
+
+  private static FileSystem fs(Path path, Configuration conf) throws IOException {
+    return path.getFileSystem(conf);
+  }
+
+  /** Whether a name is hidden from readers (Spark, pyarrow and Hive skip "_" and "."). */
+  static boolean hidden(String name) {
+    return name.startsWith("_") || name.startsWith(".");
+  }
+
+  /**
+   * Every file under {@code dir}, recursively, as "relative path TAB bytes"; names hidden from
+   * readers, and everything under them, are left out. A missing directory has none.
+   */
+  public static String[] listFiles(String dir, Configuration conf) throws IOException {
+    Path root = new Path(dir);
+    FileSystem fs = fs(root, conf);
+    List<String> out = new ArrayList<>();
+    if (!fs.exists(root)) {
+      return new String[0];
+    }
+    String prefix = fs.makeQualified(root).toUri().getPath();
+    if (!prefix.endsWith("/")) {
+      prefix += "/";
+    }
+    RemoteIterator<LocatedFileStatus> it = fs.listFiles(root, true);
+    while (it.hasNext()) {
+      LocatedFileStatus status = it.next();
+      String path = status.getPath().toUri().getPath();
+      if (!path.startsWith(prefix)) {
+        continue;
+      }
+      String relative = path.substring(prefix.length());
+      boolean skip = false;
+      for (String part : relative.split("/")) {
+        skip |= hidden(part);
+      }
+      if (!skip) {
+        out.add(relative + "\t" + status.getLen());
+      }
+    }
+    return out.toArray(new String[0]);
+  }
+
+  /** The names of a directory's entries (hidden ones too); none if it does not exist. */
+  public static String[] children(String dir, Configuration conf) throws IOException {
+    Path root = new Path(dir);
+    FileSystem fs = fs(root, conf);
+    if (!fs.exists(root)) {
+      return new String[0];
+    }
+    FileStatus[] found = fs.listStatus(root);
+    String[] names = new String[found.length];
+    for (int i = 0; i < found.length; i++) {
+      names[i] = found[i].getPath().getName();
+    }
+    return names;
+  }
+
+  public static boolean exists(String path, Configuration conf) throws IOException {
+    Path p = new Path(path);
+    return fs(p, conf).exists(p);
+  }
+
+  /** A small file's text (UTF-8), or null when there is none. */
+  public static String read(String path, Configuration conf) throws IOException {
+    Path p = new Path(path);
+    FileSystem fs = fs(p, conf);
+    if (!fs.exists(p)) {
+      return null;
+    }
+    try (InputStream in = fs.open(p)) {
+      return new String(in.readAllBytes(), StandardCharsets.UTF_8);
+    }
+  }
+
+  /**
+   * Creates {@code path} with {@code text}, whole or not at all: written to a hidden file
+   * beside it, then renamed. False (and nothing changed) when the path exists already.
+   */
+  public static boolean create(String path, String text, Configuration conf) throws IOException {
+    Path target = new Path(path);
+    FileSystem fs = fs(target, conf);
+    if (fs.exists(target)) {
+      return false;
+    }
+    Path temp = new Path(target.getParent(), "." + target.getName() + ".tmp-" + UUID.randomUUID());
+    try (OutputStream out = fs.create(temp, false)) {
+      out.write(text.getBytes(StandardCharsets.UTF_8));
+    }
+    return renameOrDiscard(fs, temp, target);
+  }
+
+  /** Moves a file into place (its directory made first); false if the target exists. */
+  public static boolean rename(String from, String to, Configuration conf) throws IOException {
+    Path source = new Path(from);
+    Path target = new Path(to);
+    FileSystem fs = fs(target, conf);
+    if (fs.exists(target)) {
+      return false;
+    }
+    fs.mkdirs(target.getParent());
+    return renameOrDiscard(fs, source, target);
+  }
+
+  private static boolean renameOrDiscard(FileSystem fs, Path from, Path to) throws IOException {
+    // Local file systems replace an existing target on rename, HDFS refuses: checked before,
+    // so both keep the first file written.
+    if (fs.exists(to)) {
+      fs.delete(from, false);
+      return false;
+    }
+    if (!fs.rename(from, to)) {
+      fs.delete(from, false);
+      if (fs.exists(to)) {
+        return false;
+      }
+      throw new IOException("could not rename " + from + " to " + to);
+    }
+    return true;
+  }
+
+  public static boolean delete(String path, boolean recursive, Configuration conf)
+      throws IOException {
+    Path p = new Path(path);
+    return fs(p, conf).delete(p, recursive);
+  }
+
+  /**
+   * Merges {@code inputs} into {@code output} (replaced if it exists) in the sink's format;
+   * returns {bytes, rows} of the output (rows -1 when the format does not say: Avro).
+   */
+  public static long[] merge(String format, String[] inputs, String output, Configuration conf)
+      throws IOException {
+    if (inputs.length == 0) {
+      throw new IllegalArgumentException("nothing to merge into " + output);
+    }
+    Path out = new Path(output);
+    FileSystem fs = fs(out, conf);
+    long rows;
+    switch (format) {
+      case "json":
+        rows = mergeLines(fs, inputs, out, conf);
+        break;
+      case "avro":
+        rows = mergeAvro(fs, inputs, out, conf);
+        break;
+      case "parquet":
+        rows = mergeParquet(inputs, out, conf);
+        break;
+      default:
+        throw new IllegalArgumentException("no merge for format " + format);
+    }
+    return new long[] {fs.getFileStatus(out).getLen(), rows};
+  }
+
+  /** JSON lines: the inputs one after the other (a newline added where one lacks it). */
+  static long mergeLines(FileSystem fs, String[] inputs, Path out, Configuration conf)
+      throws IOException {
+    long lines = 0;
+    byte[] buffer = new byte[1 << 16];
+    try (OutputStream sink = fs.create(out, true)) {
+      for (String input : inputs) {
+        Path p = new Path(input);
+        int last = '\n';
+        try (InputStream in = fs(p, conf).open(p)) {
+          int n;
+          while ((n = in.read(buffer)) > 0) {
+            sink.write(buffer, 0, n);
+            for (int i = 0; i < n; i++) {
+              if (buffer[i] == '\n') {
+                lines++;
+              }
+            }
+            last = buffer[n - 1];
+          }
+        }
+        if (last != '\n') {
+          sink.write('\n');
+          lines++;
+        }
+      }
+    }
+    return lines;
+  }
+
+  /** Avro object container files: the inputs' blocks copied as they are. */
+  static long mergeAvro(FileSystem fs, String[] inputs, Path out, Configuration conf)
+      throws IOException {
+    try (DataFileWriter<Object> writer = new DataFileWriter<>(new GenericDatumWriter<>())) {
+      boolean started = false;
+      for (String input : inputs) {
+        Path p = new Path(input);
+        try (DataFileStream<Object> stream =
+            new DataFileStream<>(fs(p, conf).open(p), new GenericDatumReader<>())) {
+          if (!started) {
+            String codec = stream.getMetaString(DataFileConstants.CODEC);
+            writer.setCodec(CodecFactory.fromString(codec == null ? "null" : codec));
+            for (String key : stream.getMetaKeys()) {
+              if (!key.startsWith("avro.")) {
+                writer.setMeta(key, stream.getMeta(key));
+              }
+            }
+            writer.create(stream.getSchema(), fs.create(out, true));
+            started = true;
+          }
+          writer.appendAllFrom(stream, false);
+        }
+      }
+    }
+    return -1;
+  }
+
+  /** Parquet: the inputs' row groups copied as they are, under the first input's schema. */
+  static long mergeParquet(String[] inputs, Path out, Configuration conf) throws IOException {
+    ParquetMetadata first;
+    try (ParquetFileReader reader =
+        ParquetFileReader.open(HadoopInputFile.fromPath(new Path(inputs[0]), conf))) {
+      first = reader.getFooter();
+    }
+    MessageType schema = first.getFileMetaData().getSchema();
+    Map<String, String> meta = first.getFileMetaData().getKeyValueMetaData();
+    ParquetFileWriter writer =
+        new ParquetFileWriter(
+            HadoopOutputFile.fromPath(out, conf),
+            schema,
+            ParquetFileWriter.Mode.OVERWRITE,
+            ParquetWriter.DEFAULT_BLOCK_SIZE,
+            ParquetWriter.MAX_PADDING_SIZE_DEFAULT);
+    long rows = 0;
+    writer.start();
+    for (String input : inputs) {
+      try (ParquetFileReader reader =
+          ParquetFileReader.open(HadoopInputFile.fromPath(new Path(input), conf))) {
+        MessageType own = reader.getFooter().getFileMetaData().getSchema();
+        if (!own.equals(schema)) {
+          throw new IOException(input + " has another schema than " + inputs[0]);
+        }
+        for (BlockMetaData block : reader.getRowGroups()) {
+          rows += block.getRowCount();
+        }
+        reader.appendTo(writer);
+      }
+    }
+    writer.end(meta);
+    return rows;
+  }
+}

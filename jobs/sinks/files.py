@@ -1,0 +1,397 @@
+"""The files sink: rows exactly once in finished files near a target size, whatever the
+trigger interval.
+
+Spark's own file sink writes at least one file per task per micro-batch: a day of 1-second
+batches is hundreds of thousands of small files. Here a batch's rows are first *staged*, then
+*rolled* into finished files by the rolling policy (jobs.sinks.rolling: size, age,
+inactivity). Everything but the finished files lives in directories whose names start with
+`_`, which Spark, pyarrow and Hive leave out of a table's files and partitions:
+
+    <base>/<col>=<value>/.../part-<seq>.<ext>     finished files (what readers see)
+    <base>/_cp_manifest/<seq>.json                 one per finished file: its path, size, rows
+    <base>/_cp_staging/<query>/<batch>/...         a batch's rows, as Spark wrote them
+    <base>/_cp_staging/<query>/_batches/<batch>.json   the batch's commit marker
+    <base>/_cp_staging/_plans/<seq>.json           a roll being done (write-ahead)
+    <base>/_cp_dead_letters/query=<query>/batch=<batch>/   records that did not parse (JSON)
+
+In-progress -> pending -> finished: a batch being written is in progress (its staging
+directory has no marker: a replay overwrites it); once its marker exists its files are
+pending; a roll merges pending files into one finished file. Exactly once under kill -9 at
+any point:
+- a batch's staging is written with mode overwrite and its marker created after it: a
+  replayed batch with a marker is skipped, one without is written again from scratch;
+- a roll writes its plan (its inputs and the finished file's name) before anything else,
+  merges into a hidden file, renames it into place (atomic on HDFS and local file systems),
+  records it in the manifest, and only then deletes its inputs. A restart first finishes
+  every plan left: a finished file already in place is kept, else it is merged again from the
+  same inputs into the same name. So no row is lost (inputs outlive the plan) and none is
+  written twice (one name per plan, and inputs leave the staging only after their file is
+  recorded).
+
+Merges copy without decoding (controlplane.spark.FileSink: JSON lines byte for byte, Avro and
+Parquet blocks and row groups as they are); the driver does them on Hadoop's FileSystem, in a
+thread of its own (Compactor), so batches go on while files roll.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .rolling import Policy, Roll, Staged, next_check, plan
+
+log = logging.getLogger("jobs.sinks.files")
+
+STAGING = "_cp_staging"
+MANIFEST = "_cp_manifest"
+DEAD_LETTERS = "_cp_dead_letters"
+BATCHES = "_batches"
+PLANS = "_plans"
+MERGING = "_merging"
+EXTENSIONS = {"parquet": "parquet", "json": "json", "avro": "avro"}
+# Markers of this many batches before the query's last are kept after their files rolled: a
+# restart replays the last batch only (Spark keeps 100 in its own logs).
+RETAIN_MARKERS = 100
+# The rolling thread looks at least this often (and at once after each batch).
+MAX_WAIT_SECONDS = 30.0
+# Rolling that failed this many times in a row fails the run (the restart policy takes over).
+MAX_FAILURES = 5
+
+
+class FileSinkError(Exception):
+    """A files sink whose definition cannot work (a partition column the output lacks): a
+    definition error, not retried."""
+
+
+def base_uri(root: str, path: str) -> str:
+    return f"{root.rstrip('/')}/{path.strip('/')}"
+
+
+def schema_digest(schema_json: str) -> str:
+    return hashlib.sha1(schema_json.encode()).hexdigest()[:16]  # noqa: S324 - a name
+
+
+def check_columns(sink, columns: list[str]) -> None:
+    """The partition columns must be output columns, and leave some to write."""
+    names = {c.lower() for c in columns}
+    for i, column in enumerate(sink.partition_by):
+        if column.lower() not in names:
+            raise FileSinkError(
+                f"sink.partition_by[{i}]: column {column!r} is not in the pipeline's output "
+                f"(columns: {', '.join(columns)})"
+            )
+    if sink.partition_by and len(sink.partition_by) >= len(names):
+        raise FileSinkError("sink.partition_by: leaves no column to write in the files")
+
+
+class FileSink:
+    """A files sink's directory, from the driver: staging batches, their markers, rolls."""
+
+    def __init__(self, spark, base: str, sink, query: str):
+        self.base = base.rstrip("/")
+        self.sink = sink
+        self.query = query.replace("-", "")[:12]
+        self.policy = Policy.of(sink)
+        self.jfs = spark._jvm.controlplane.spark.FileSink
+        self._gateway = spark.sparkContext._gateway
+        self._jstring = spark._jvm.String
+        self.conf = spark._jsc.hadoopConfiguration()
+        self.lock = threading.Lock()  # one roll at a time
+        self._markers: dict[tuple[str, int], dict[str, Any]] = {}
+        self._generations: dict[str, int] = {}
+        self._seq: int | None = None
+
+    def path(self, *parts: Any) -> str:
+        return "/".join([self.base, *(str(p) for p in parts)])
+
+    def _batch_dir(self, batch_id: int) -> str:
+        return self.path(STAGING, self.query, batch_id)
+
+    def _marker(self, batch_id: int, query: str | None = None) -> str:
+        return self.path(STAGING, query or self.query, BATCHES, f"{batch_id}.json")
+
+    # -- the batch writer's side --------------------------------------------------------
+
+    def committed(self, batch_id: int) -> bool:
+        return bool(self.jfs.exists(self._marker(batch_id), self.conf))
+
+    def stage(self, frame, batch_id: int) -> None:
+        """Writes the batch's rows into its staging directory (whatever a killed attempt
+        left there is replaced)."""
+        writer = frame.write.mode("overwrite").format(self.sink.format)
+        if self.sink.partition_by:
+            writer = writer.partitionBy(*self.sink.partition_by)
+        writer.save(self._batch_dir(batch_id))
+
+    def write_dead_letters(self, letters, batch_id: int) -> None:
+        letters.write.mode("overwrite").json(
+            self.path(DEAD_LETTERS, f"query={self.query}", f"batch={batch_id}")
+        )
+
+    def commit(self, batch_id: int, *, schema: str, dead_letters: int | None) -> None:
+        """The batch's marker: from now on its staged files are pending, and a replay of
+        the batch is skipped."""
+        marker = {
+            "batch": batch_id,
+            "query": self.query,
+            "committed_at": time.time(),
+            "schema": schema,
+            "dead_letters": dead_letters,
+        }
+        self.jfs.create(self._marker(batch_id), json.dumps(marker), self.conf)
+
+    # -- rolling ------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Finishes the rolls a killed driver left (before anything else is rolled)."""
+        with self.lock:
+            self._finish_plans()
+
+    def roll(
+        self, now: float, *, flush: bool = False, stop: Callable[[], bool] = lambda: False
+    ) -> float | None:
+        """Rolls whatever the policy says is due at `now` (everything with `flush`); returns
+        when the next roll falls due (None: nothing staged)."""
+        with self.lock:
+            self._finish_plans()
+            pending = self.pending()
+            for roll in plan(pending, self.policy, now, flush=flush):
+                if stop():
+                    return None
+                self._finish(self._write_plan(roll))
+                for staged in roll.inputs:
+                    pending[roll.partition].remove(staged)
+            self._prune(
+                {
+                    (s.path.split("/")[1], int(s.path.split("/")[2]))
+                    for files in pending.values()
+                    for s in files
+                }
+            )
+            return next_check(pending, self.policy, now)
+
+    def pending(self) -> dict[str, list[Staged]]:
+        """Every committed batch's staged files, by partition directory ("" for none)."""
+        out: dict[str, list[Staged]] = {}
+        for query in self._queries():
+            markers = self._read_markers(query)
+            if not markers:
+                continue
+            generation = self._generations.setdefault(
+                query, int(min(m["committed_at"] for m in markers.values()) * 1000)
+            )
+            for line in self.jfs.listFiles(self.path(STAGING, query), self.conf):
+                relative, size = line.rsplit("\t", 1)
+                batch, _, rest = relative.partition("/")
+                if not batch.isdigit() or int(batch) not in markers:
+                    continue  # a batch being written (or killed before its marker)
+                marker = markers[int(batch)]
+                partition = rest.rpartition("/")[0]
+                out.setdefault(partition, []).append(
+                    Staged(
+                        batch=(generation, int(batch)),
+                        path=f"{STAGING}/{query}/{relative}",
+                        bytes=int(size),
+                        committed_at=marker["committed_at"],
+                        schema=marker["schema"],
+                    )
+                )
+        return out
+
+    def _queries(self) -> list[str]:
+        return sorted(
+            name
+            for name in self.jfs.children(self.path(STAGING), self.conf)
+            if not name.startswith(("_", "."))
+        )
+
+    def _read_markers(self, query: str) -> dict[int, dict[str, Any]]:
+        found = {}
+        for name in self.jfs.children(self.path(STAGING, query, BATCHES), self.conf):
+            if not name.endswith(".json") or name.startswith("."):
+                continue
+            batch = int(name.removesuffix(".json"))
+            key = (query, batch)
+            if key not in self._markers:
+                text = self.jfs.read(self._marker(batch, query), self.conf)
+                if text is None:
+                    continue
+                self._markers[key] = json.loads(text)
+            found[batch] = self._markers[key]
+        return found
+
+    def _next_seq(self) -> int:
+        if self._seq is None:
+            seqs = [
+                int(name.split(".", 1)[0])
+                for folder in (self.path(STAGING, PLANS), self.path(MANIFEST))
+                for name in self.jfs.children(folder, self.conf)
+                if name[:1].isdigit()
+            ]
+            self._seq = max(seqs, default=0)
+        self._seq += 1
+        return self._seq
+
+    def _write_plan(self, roll: Roll) -> dict[str, Any]:
+        seq = self._next_seq()
+        name = f"part-{seq:08d}.{EXTENSIONS[self.sink.format]}"
+        planned = {
+            "seq": seq,
+            "partition": roll.partition,
+            "output": f"{roll.partition}/{name}" if roll.partition else name,
+            "inputs": [s.path for s in roll.inputs],
+            "batches": [list(roll.inputs[0].batch), list(roll.inputs[-1].batch)],
+            "reason": roll.reason,
+            "format": self.sink.format,
+        }
+        self.jfs.create(
+            self.path(STAGING, PLANS, f"{seq:08d}.json"), json.dumps(planned), self.conf
+        )
+        return planned
+
+    def _finish_plans(self) -> None:
+        names = sorted(
+            n for n in self.jfs.children(self.path(STAGING, PLANS), self.conf) if n[:1].isdigit()
+        )
+        for name in names:
+            text = self.jfs.read(self.path(STAGING, PLANS, name), self.conf)
+            if text is not None:
+                log.info("finishing the roll %s a stopped driver left", name)
+                self._finish(json.loads(text))
+
+    def _finish(self, planned: dict[str, Any]) -> None:
+        """Does a planned roll, or what is left of it: merge into the planned name unless the
+        file is there, record it in the manifest, delete the inputs, then the plan."""
+        seq = planned["seq"]
+        entry_path = self.path(MANIFEST, f"{seq:08d}.json")
+        if not self.jfs.exists(entry_path, self.conf):
+            final = self.path(planned["output"])
+            size, rows = None, None
+            if not self.jfs.exists(final, self.conf):
+                merging = self.path(STAGING, MERGING, f"{seq:08d}.{EXTENSIONS[planned['format']]}")
+                inputs = [self.path(p) for p in planned["inputs"]]
+                size, rows = self.jfs.merge(
+                    planned["format"], self._strings(inputs), merging, self.conf
+                )
+                self.jfs.rename(merging, final, self.conf)
+            entry = {
+                "seq": seq,
+                "file": planned["output"],
+                "partition": planned["partition"],
+                "bytes": size,
+                "rows": rows if rows is not None and rows >= 0 else None,
+                "inputs": len(planned["inputs"]),
+                "batches": planned["batches"],
+                "reason": planned["reason"],
+                "finished_at": time.time(),
+            }
+            self.jfs.create(entry_path, json.dumps(entry), self.conf)
+            log.info(
+                "rolled %s staged files into %s (%s bytes, %s)",
+                len(planned["inputs"]),
+                planned["output"],
+                size,
+                planned["reason"],
+            )
+        for p in planned["inputs"]:
+            self.jfs.delete(self.path(p), False, self.conf)
+        self.jfs.delete(self.path(STAGING, PLANS, f"{seq:08d}.json"), False, self.conf)
+
+    def _strings(self, values: list[str]):
+        """A Java String[] (py4j hands Python lists over as java.util.List)."""
+        array = self._gateway.new_array(self._jstring, len(values))
+        for i, value in enumerate(values):
+            array[i] = value
+        return array
+
+    def _prune(self, busy: set[tuple[str, int]]) -> None:
+        """Deletes the staging directories and markers of batches that have nothing left to
+        roll, but the current query's last RETAIN_MARKERS (a replay is checked against them);
+        and the directories of other queries' batches that never committed."""
+        for query in self._queries():
+            markers = self._read_markers(query)
+            last = max(markers, default=-1)
+            for batch in sorted(markers):
+                if (query, batch) in busy:
+                    continue
+                if query == self.query and batch > last - RETAIN_MARKERS:
+                    continue
+                self.jfs.delete(self.path(STAGING, query, batch), True, self.conf)
+                self.jfs.delete(self._marker(batch, query), False, self.conf)
+                self._markers.pop((query, batch), None)
+            if query != self.query:
+                for name in self.jfs.children(self.path(STAGING, query), self.conf):
+                    if name.isdigit() and int(name) not in markers:
+                        self.jfs.delete(self.path(STAGING, query, name), True, self.conf)
+
+
+def observed(observation) -> int | None:
+    """The first metric of a pyspark Observation whose action has finished, or None when it
+    was not reported (never blocks)."""
+    future = observation._jo.future() if observation._jo is not None else None
+    if future is None or not future.isCompleted():
+        return None
+    value = next(iter(observation.get.values()), None)
+    return None if value is None else int(value)
+
+
+class Compactor:
+    """The thread that rolls a files sink's staged rows: after each batch (poke) and when
+    the next age or inactivity roll falls due; it stops when `alive()` says the pipeline's
+    query no longer runs in this application (so a stopped pipeline's rolling never overlaps
+    its next run's). Failures are retried; MAX_FAILURES in a row fail the next batch."""
+
+    def __init__(self, sink: FileSink, alive: Callable[[], bool], clock=time.time):
+        self.sink = sink
+        self.alive = alive
+        self.clock = clock
+        self.failures = 0
+        self.error: BaseException | None = None
+        self.wake = threading.Event()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(
+            target=self._run, daemon=True, name=f"cp-files-roll-{sink.query}"
+        )
+
+    def start(self) -> Compactor:
+        self.thread.start()
+        return self
+
+    def poke(self) -> None:
+        self.wake.set()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.wake.set()
+
+    def check(self) -> None:
+        """Raises when rolling has failed MAX_FAILURES times in a row."""
+        if self.failures >= MAX_FAILURES:
+            raise RuntimeError(
+                f"files sink {self.sink.base}: rolling staged files failed {self.failures} "
+                f"times in a row: {self.error}"
+            )
+
+    def _run(self) -> None:
+        stop = lambda: self.stopped.is_set() or not self.alive()  # noqa: E731
+        while not stop():
+            wait = MAX_WAIT_SECONDS
+            try:
+                due = self.sink.roll(self.clock(), stop=stop)
+                self.failures, self.error = 0, None
+                if due is not None:
+                    wait = min(MAX_WAIT_SECONDS, max(0.2, due - self.clock() + 0.05))
+            except Exception as exc:  # py4j errors too: retried, then surfaced by check()
+                self.failures += 1
+                self.error = exc
+                wait = min(MAX_WAIT_SECONDS, 2.0 * self.failures)
+                log.warning(
+                    "rolling %s failed (%s in a row): %s", self.sink.base, self.failures, exc
+                )
+            self.wake.wait(wait)
+            self.wake.clear()
