@@ -21,7 +21,23 @@ the last, empty, batch excluded). Each exactly-once output is then read back wit
 read_committed consumer and counted (every record once). Target: kafka_exactly_once >= 0.7x
 kafka_at_least_once.
 
-The file sink's figures (issue #17, item 2) are not here yet.
+Files, in two parts (the same parsed columns; Parquet, Spark's default format):
+
+  files_rolling   the real pipeline (sink kind files): each batch staged, rolled into
+                  finished files by size by the driver's rolling thread (jobs.sinks.files)
+  files_plain     Spark's own file sink (format "parquet", a file per task per batch)
+
+1. Throughput: each path drains the same topic as above (availableNow), rounds alternating,
+   medians reported. files_rolling's figure counts the rolls that happen meanwhile and adds
+   the final roll of what is left (flush): every row in a finished file at the end. Target:
+   files_rolling >= 0.8x files_plain.
+2. Files after --minutes (10) at a 1 s trigger: a producer sends --rate events per second
+   (jobs.loadgen, delivery events) into a fresh topic while both paths run side by side in one
+   Spark session, partitioned by status (5 values), files_rolling with a --target-mb target
+   (max age and inactivity longer than the run). Then: the number of files each made, per
+   partition and in all, and their median size; files_rolling's rows not yet finished (staged,
+   waiting for more) reported beside. Target: files_rolling's median finished file within 20%
+   of the target size.
 
 The last line is one JSON object with every figure, also written to bench/results/sinks.json.
 """
@@ -29,6 +45,7 @@ The last line is one JSON object with every figure, also written to bench/result
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import logging
 import os
@@ -61,8 +78,11 @@ from jobs.pipeline import (  # noqa: E402
 from jobs.sinks.kafka import KEY, VALUE  # noqa: E402
 from jobs.spec import parse_spec  # noqa: E402
 
-TARGETS = {"kafka_exactly_once_to_at_least_once": 0.7}
+TARGETS = {"kafka_exactly_once_to_at_least_once": 0.7, "files_rolling_to_plain": 0.8}
+# files_rolling's median finished file / the target size: within 20%.
+FILE_SIZE_BAND = (0.8, 1.2)
 PATHS = ("kafka_exactly_once", "kafka_at_least_once")
+FILE_PATHS = ("files_rolling", "files_plain")
 
 
 def create_topic(bootstrap: str, partitions: int) -> str:
@@ -165,12 +185,248 @@ def read_committed_count(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
+def files_config(
+    topic: str,
+    workdir: Path,
+    per_batch: int,
+    *,
+    target_mb: int,
+    partition_by: tuple[str, ...] = (),
+    trigger_seconds: float = 0,
+    bootstrap: str,
+) -> RunConfig:
+    spec = parse_spec(
+        {
+            "source": {
+                "connection": "k",
+                "topics": [topic],
+                "schema": SCHEMA,
+                "starting_offsets": "earliest",
+                "max_records_per_batch": per_batch,
+                "reader": "spark-kafka",
+            },
+            "sink": {
+                "kind": "files",
+                "connection": "lake",
+                "path": "rolling",
+                "format": "parquet",
+                "partition_by": list(partition_by),
+                "target_file_mb": target_mb,
+                "max_file_age_seconds": 86400,
+                "inactivity_seconds": 86400,
+            },
+            "trigger": {"interval_seconds": trigger_seconds},
+        }
+    )
+    run_dir = workdir / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (workdir / "lake").mkdir(exist_ok=True)
+    return RunConfig(
+        pipeline=f"bench-{uuid.uuid4().hex[:6]}",
+        spec=spec,
+        kafka={"bootstrap_servers": [bootstrap]},
+        postgres={},
+        checkpoint=str(workdir / "checkpoint"),
+        run_dir=str(run_dir),
+        sink_configs=({"files": {"root": (workdir / "lake").as_uri()}},),
+    )
+
+
+def rolling_sink(spark, config: RunConfig):
+    from jobs.pipeline import stream_id
+    from jobs.sinks import files
+
+    root = config.sink_configs[0]["files"]["root"]
+    return files.FileSink(
+        spark,
+        files.base_uri(root, config.spec.sink.path),
+        config.spec.sink,
+        stream_id(config.checkpoint),
+    )
+
+
+def files_rolling(spark, config: RunConfig) -> dict:
+    """The pipeline's drain, then the roll of what is left: every row finished."""
+    figures = timed_drain(start_query(spark, config, available_now=True))
+    started = time.perf_counter()
+    rolling_sink(spark, config).roll(time.time(), flush=True)
+    figures["seconds"] += time.perf_counter() - started
+    base = Path(config.run_dir).parent / "lake" / config.spec.sink.path
+    figures["read_back"] = spark.read.parquet(str(base)).count()
+    return figures
+
+
+def plain_query(spark, config: RunConfig, out: Path, *, partition_by=(), trigger=None):
+    """Spark's own Parquet file sink on the parsed columns the pipeline writes."""
+    from pyspark.sql import functions as F
+
+    from jobs.pipeline import PARSED
+    from jobs.spec.ddl import parse_schema
+
+    columns = [f.name for f in parse_schema(config.spec.source.schema).fields]
+    frame = parsed_frame(source_frame(spark, config), config.spec).select(
+        *[F.col(PARSED)[c].alias(c) for c in columns]
+    )
+    writer = (
+        frame.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(out.parent / "plain-checkpoint"))
+    )
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    if trigger is None:
+        return writer.trigger(availableNow=True).start()
+    return writer.trigger(processingTime=f"{trigger} seconds").start()
+
+
+def files_plain(spark, config: RunConfig) -> dict:
+    out = Path(config.run_dir).parent / "plain"
+    figures = timed_drain(plain_query(spark, config, out))
+    figures["read_back"] = spark.read.parquet(str(out)).count()
+    return figures
+
+
+def visible_files(base: Path) -> list[Path]:
+    """The data files a reader of `base` sees (hidden names and Spark's _spark_metadata out)."""
+    return [
+        p
+        for p in base.rglob("*.parquet")
+        if not any(part.startswith(("_", ".")) for part in p.relative_to(base).parts)
+    ]
+
+
+def file_figures(paths: list[Path]) -> dict:
+    sizes = sorted(p.stat().st_size for p in paths)
+    per_partition: dict[str, int] = {}
+    for p in paths:
+        per_partition[p.parent.name] = per_partition.get(p.parent.name, 0) + 1
+    return {
+        "files": len(sizes),
+        "median_bytes": round(statistics.median(sizes)) if sizes else 0,
+        "min_bytes": sizes[0] if sizes else 0,
+        "max_bytes": sizes[-1] if sizes else 0,
+        "files_per_partition": dict(sorted(per_partition.items())),
+    }
+
+
+def files_over_time(spark, bootstrap: str, args) -> dict:
+    """Both file paths side by side at a 1 s trigger for `args.minutes`, fed at args.rate."""
+    import subprocess
+
+    from jobs.loadgen import ensure_topic
+
+    topic = f"bench-files-{uuid.uuid4().hex[:8]}"
+    ensure_topic(bootstrap, topic, args.partitions)
+    count = int(args.rate * args.minutes * 60)
+    producer = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jobs.loadgen",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+            "--rate",
+            str(args.rate),
+            "--count",
+            str(count),
+            "--malformed",
+            "0",
+            "--partitions",
+            str(args.partitions),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+    )
+    with tempfile.TemporaryDirectory(prefix="bench-files-") as work:
+        workdir = Path(work)
+        config = files_config(
+            topic,
+            workdir,
+            args.rate * 10,
+            target_mb=args.target_mb,
+            partition_by=("status",),
+            trigger_seconds=1,
+            bootstrap=bootstrap,
+        )
+        ours = start_query(spark, config)
+        plain = plain_query(spark, config, workdir / "plain", partition_by=("status",), trigger=1)
+        started = time.monotonic()
+        try:
+            while time.monotonic() - started < args.minutes * 60:
+                time.sleep(5)
+                for q in (ours, plain):
+                    if q.exception():
+                        raise q.exception()
+        finally:
+            producer.wait(timeout=120)
+            for q in (ours, plain):
+                q.processAllAvailable()
+                q.stop()
+        elapsed = time.monotonic() - started
+        base = workdir / "lake" / "rolling"
+        entries = [json.loads(p.read_text()) for p in (base / "_cp_manifest").glob("*.json")]
+        staged = rolling_sink(spark, config).pending()
+        rolling = {
+            **file_figures(visible_files(base)),
+            "rows_finished": sum(e["rows"] for e in entries),
+            "staged_bytes": sum(s.bytes for files in staged.values() for s in files),
+            "staged_files": sum(len(files) for files in staged.values()),
+            "rolls_by_reason": dict(collections.Counter(e["reason"] for e in entries)),
+        }
+        rolling["rows_staged"] = count - rolling["rows_finished"]
+        plain_files = visible_files(workdir / "plain")
+        plain_figures = {
+            **file_figures(plain_files),
+            "rows": spark.read.parquet(str(workdir / "plain")).count(),
+        }
+    return {
+        "minutes": args.minutes,
+        "seconds": round(elapsed),
+        "rate": args.rate,
+        "events": count,
+        "target_mb": args.target_mb,
+        "partition_by": ["status"],
+        "files_rolling": rolling,
+        "files_plain": plain_figures,
+    }
+
+
+def drain_rounds(spark, args, topic: str, bootstrap: str, paths, run) -> dict[str, list[float]]:
+    """Each path drains the topic `args.rounds` times (after a warm-up round), alternating
+    which goes first; `run(path, workdir)` -> figures."""
+    rates: dict[str, list[float]] = {p: [] for p in paths}
+    for round_number in range(args.rounds + 1):
+        order = paths if round_number % 2 == 0 else paths[::-1]
+        for path in order:
+            with tempfile.TemporaryDirectory(prefix="bench-sinks-") as work:
+                figures = run(path, Path(work))
+            rate = figures["rows"] / figures["seconds"]
+            warm = " (warm-up, not counted)" if round_number == 0 else ""
+            print(
+                f"round {round_number} {path}: {figures['rows']:,} rows in"
+                f" {figures['seconds']:.2f} s, {rate:,.0f} rows/s{warm}",
+                flush=True,
+            )
+            if figures["rows"] != args.events or figures.get("read_back", args.events) != (
+                args.events
+            ):
+                raise SystemExit(f"{path}: {figures}, not {args.events} rows")
+            if round_number:
+                rates[path].append(rate)
+    return rates
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--per-batch", type=int, default=250_000, help="max_records_per_batch")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--minutes", type=float, default=10, help="files at a 1 s trigger")
+    parser.add_argument("--rate", type=int, default=20_000, help="events/s meanwhile")
+    parser.add_argument("--target-mb", type=int, default=16, help="files_rolling's target")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "sinks.json"))
     args = parser.parse_args()
@@ -188,51 +444,74 @@ def main() -> int:
     logging.getLogger("py4j").setLevel(logging.WARNING)
     spark = bench_session(args.master)
     spark.sparkContext.setLogLevel("ERROR")
-    rates: dict[str, list[float]] = {p: [] for p in PATHS}
     read_back: list[int] = []
+
+    def kafka_path(path: str, work: Path) -> dict:
+        out = create_topic(bootstrap, args.partitions)
+        created.append(out)
+        config = config_for(topic, out, dead, bootstrap, work, args.per_batch)
+        if path == "kafka_at_least_once":
+            return at_least_once(spark, config, bootstrap)
+        figures = exactly_once(spark, config)
+        read_back.append(read_committed_count(bootstrap, out))
+        return figures
+
+    def file_path(path: str, work: Path) -> dict:
+        config = files_config(
+            topic, work, args.per_batch, target_mb=args.target_mb, bootstrap=bootstrap
+        )
+        return (
+            files_rolling(spark, config) if path == "files_rolling" else files_plain(spark, config)
+        )
+
     try:
-        for round_number in range(args.rounds + 1):
-            order = PATHS if round_number % 2 == 0 else PATHS[::-1]
-            for path in order:
-                out = create_topic(bootstrap, args.partitions)
-                created.append(out)
-                with tempfile.TemporaryDirectory(prefix="bench-sinks-") as work:
-                    config = config_for(topic, out, dead, bootstrap, Path(work), args.per_batch)
-                    if path == "kafka_exactly_once":
-                        figures = exactly_once(spark, config)
-                    else:
-                        figures = at_least_once(spark, config, bootstrap)
-                rate = figures["rows"] / figures["seconds"]
-                warm = " (warm-up, not counted)" if round_number == 0 else ""
-                print(
-                    f"round {round_number} {path}: {figures['rows']:,} rows in"
-                    f" {figures['seconds']:.2f} s, {rate:,.0f} rows/s{warm}",
-                    flush=True,
-                )
-                if figures["rows"] != args.events:
-                    raise SystemExit(f"{path} read {figures['rows']} rows, not {args.events}")
-                if round_number == 0:
-                    continue
-                rates[path].append(rate)
-                if path == "kafka_exactly_once":
-                    read_back.append(read_committed_count(bootstrap, out))
+        rates = drain_rounds(spark, args, topic, bootstrap, PATHS, kafka_path)
+        read_back = read_back[1:]  # the warm-up round's is not reported
+        rates.update(drain_rounds(spark, args, topic, bootstrap, FILE_PATHS, file_path))
+        over_time = files_over_time(spark, bootstrap, args)
     finally:
         spark.stop()
         delete_topics(bootstrap, created)
 
     medians = {p: round(statistics.median(v)) for p, v in rates.items()}
-    ratio = round(medians["kafka_exactly_once"] / medians["kafka_at_least_once"], 3)
-    ratios = {"kafka_exactly_once_to_at_least_once": ratio}
+    ratios = {
+        "kafka_exactly_once_to_at_least_once": round(
+            medians["kafka_exactly_once"] / medians["kafka_at_least_once"], 3
+        ),
+        "files_rolling_to_plain": round(medians["files_rolling"] / medians["files_plain"], 3),
+    }
+    size_ratio = round(
+        over_time["files_rolling"]["median_bytes"] / (args.target_mb * 1024 * 1024), 3
+    )
     met = {name: ratios[name] >= target for name, target in TARGETS.items()}
+    met["files_rolling_median_size_within_20_percent"] = (
+        FILE_SIZE_BAND[0] <= size_ratio <= FILE_SIZE_BAND[1]
+    )
     print()
     print(f"{'path':<22}{'rows/s (median)':>18}   rounds")
-    for path in PATHS:
+    for path in (*PATHS, *FILE_PATHS):
         print(f"{path:<22}{medians[path]:>18,}   {', '.join(f'{r:,.0f}' for r in rates[path])}")
-    print(
-        f"exactly once / at least once: {ratio}x (target >= {TARGETS[next(iter(TARGETS))]}x:"
-        f" {'met' if all(met.values()) else 'NOT met'})"
-    )
+    for name, target in TARGETS.items():
+        print(f"{name}: {ratios[name]}x (target >= {target}x: {'met' if met[name] else 'NOT met'})")
     print(f"read back with read_committed (each round's exactly-once output): {read_back}")
+    print(
+        f"after {over_time['seconds']} s at a 1 s trigger, {args.rate:,} events/s, partitioned"
+        " by status:"
+    )
+    for path in FILE_PATHS:
+        f = over_time[path]
+        print(
+            f"  {path:<14} {f['files']:>6,} files, median {f['median_bytes'] / 1e6:8.3f} MB"
+            f" (min {f['min_bytes'] / 1e6:.3f}, max {f['max_bytes'] / 1e6:.3f}),"
+            f" per partition {f['files_per_partition']}"
+        )
+    rolling = over_time["files_rolling"]
+    print(
+        f"  files_rolling: {rolling['rows_finished']:,} rows finished,"
+        f" {rolling['rows_staged']:,} staged ({rolling['staged_bytes'] / 1e6:.1f} MB, waiting"
+        f" for the target); median file / target {size_ratio}x (band {FILE_SIZE_BAND}:"
+        f" {'met' if met['files_rolling_median_size_within_20_percent'] else 'NOT met'})"
+    )
     result = {
         "machine": machine(),
         "events": args.events,
@@ -244,6 +523,9 @@ def main() -> int:
         "events_per_s_rounds": {p: [round(r) for r in v] for p, v in rates.items()},
         "ratios": ratios,
         "targets": TARGETS,
+        "files_over_time": over_time,
+        "files_rolling_median_size_to_target": size_ratio,
+        "file_size_band": FILE_SIZE_BAND,
         "met": met,
         "exactly_once_read_back": read_back,
         "exactly_once_read_back_ok": all(n == args.events for n in read_back),

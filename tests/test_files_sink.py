@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
+from controlplane.supervision.restarts import classify
 from jobs.pipeline import RunConfig, start_query, stream_id
 from jobs.sinks import files
 from jobs.spec import parse_spec
@@ -117,7 +118,10 @@ def test_rows_land_once_in_finished_files_with_dead_letters(spark, kafka_bootstr
     assert read_ids(spark, out) == expected(600)
     assert arrow_ids(out) == expected(600)
     days = spark.read.parquet(str(out)).groupBy("day").count().collect()
-    assert sorted((str(r.day), r["count"]) for r in days) == [("2026-11-23", 300), ("2026-11-24", 300)]
+    assert sorted((str(r.day), r["count"]) for r in days) == [
+        ("2026-11-23", 300),
+        ("2026-11-24", 300),
+    ]
     # One file per partition (all batches rolled together), each in the manifest.
     assert [p.parent.name for p in finished(out)] == ["day=2026-11-23", "day=2026-11-24"]
     entries = manifest(out)
@@ -303,4 +307,5 @@ def test_a_partition_column_the_transform_drops_is_a_definition_error(
     )
     message = failure(spark, config)
     assert "sink.partition_by[0]: column 'day' is not in the pipeline's output" in message
+    assert classify(message) == "a definition error"  # not restarted again and again
     assert finished(base(config)) == []

@@ -91,7 +91,9 @@ _PERMANENT = [
         "a definition error (Spark cannot analyse the transform)",
     ),
     (
-        re.compile(r"\b(SpecError|MixedWritesError|SinkRefused|ReaderError|KafkaSinkError)\b"),
+        re.compile(
+            r"\b(SpecError|MixedWritesError|SinkRefused|ReaderError|KafkaSinkError|FileSinkError)\b"
+        ),
         "a definition error",
     ),
     (

@@ -683,7 +683,9 @@ def _parse_files_sink(
             s.error("path", "must be relative: the connection gives the root it is under")
         elif not segments or len(segments) > 16 or len(where) > 512:
             s.error("path", "must name 1-16 directories under the connection's root")
-        elif bad := next((x for x in segments if not FILES_PATH_SEGMENT_RE.match(x)), None):
+        elif (
+            bad := next((x for x in segments if not FILES_PATH_SEGMENT_RE.match(x)), None)
+        ) is not None:
             s.error(
                 "path",
                 f"directory {bad!r} is not allowed: use letters, digits, '.', '_' and '-', "
