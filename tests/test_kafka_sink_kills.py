@@ -1,10 +1,13 @@
-"""Kafka -> Kafka and Postgres exactly once under kill -9: a real spark-submit driver of a
-pipeline with two sinks (a Kafka topic, then a Postgres table), supervised by the control
-plane, is SIGKILLed again and again while records keep arriving, at moments when one of its
-Kafka transactions is open (the output's high watermark is above its last stable offset, and
-stays there after the kill). A `read_committed` consumer of the output sees every record
-once, the dead letters once, and the table has every record once. (Twice, not more: each
-restart is a cold start of a dedicated driver, and the suite's time is budgeted.)"""
+"""Kafka -> Kafka, Postgres and files exactly once under kill -9: a real spark-submit driver
+of a pipeline with three sinks (a Kafka topic, a Postgres table, files rolled by a 1 MB
+target), supervised by the control plane, is SIGKILLed while records keep arriving: once when
+one of its Kafka transactions is open (the output's high watermark is above its last stable
+offset, and stays there after the kill), once while it rolls staged rows into a finished
+file (a roll's plan is written and not yet done). A `read_committed` consumer of the output
+sees every record once, the dead letters once, the table has every record once, and Spark and
+pyarrow reading the files' directory see every record once, in files bounded by the rolling
+policy, not by the batches. (Twice, not more: each restart is a cold start of a dedicated
+driver, and the suite's time is budgeted.)"""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import time
 from pathlib import Path
 
 import psycopg
+import pyarrow.dataset as ds
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
@@ -60,6 +64,24 @@ class Offsets:
             consumer.close()
 
 
+def rolling(plans: Path) -> bool:
+    """Whether a roll of staged rows into a finished file is under way (its plan exists)."""
+    try:
+        return any(name.endswith(".json") and name[0].isdigit() for name in os.listdir(plans))
+    except FileNotFoundError:
+        return False
+
+
+def staged_rows(lake: Path) -> bool:
+    """Whether rows wait in the files sink's staging (committed batches not yet rolled)."""
+    staging = lake / "_cp_staging"
+    return any(
+        p.suffix == ".json" and p.parent.name != "_batches" and "_plans" not in p.parts
+        for p in staging.rglob("*.json")
+        if not p.name.startswith(".")
+    )
+
+
 def end_offsets(bootstrap: str, topic: str, isolation: str) -> dict[int, int]:
     offsets = Offsets(bootstrap, topic)
     try:
@@ -68,13 +90,16 @@ def end_offsets(bootstrap: str, topic: str, isolation: str) -> dict[int, int]:
         offsets.close()
 
 
-def test_kafka_and_postgres_sinks_survive_kill_9_inside_open_transactions_exactly_once(
+def test_kafka_postgres_and_files_sinks_survive_kill_9_inside_transactions_and_rolls(
     api,
     kafka_connection,
     postgres_connection,
+    files_connection,
+    files_dir,
     kafka_bootstrap,
     sink_dsn,
     job_dirs,  # noqa: F811
+    spark,
 ):
     source, out, dead = (new_topic(kafka_bootstrap) for _ in range(3))
     table = f"k2k_{out.replace('-', '_')}"
@@ -82,7 +107,7 @@ def test_kafka_and_postgres_sinks_survive_kill_9_inside_open_transactions_exactl
         "source": {
             "connection": "events",
             "topics": [source],
-            "schema": "id STRING, n INT",
+            "schema": "id STRING, n INT, day STRING",
             "starting_offsets": "earliest",
             "max_records_per_batch": 10000,
         },
@@ -95,6 +120,16 @@ def test_kafka_and_postgres_sinks_survive_kill_9_inside_open_transactions_exactl
                 "key": "id",
             },
             {"connection": "warehouse", "table": table},
+            {
+                "kind": "files",
+                "connection": "lake",
+                "path": "orders",
+                "format": "json",
+                "partition_by": ["day"],
+                "target_file_mb": 1,
+                "max_file_age_seconds": 3600,
+                "inactivity_seconds": 2,
+            },
         ],
         "trigger": {"interval_seconds": 0},
         "restart_policy": {"kind": "fixed-delay", "attempts": 6, "delay_seconds": 1},
@@ -108,7 +143,7 @@ def test_kafka_and_postgres_sinks_survive_kill_9_inside_open_transactions_exactl
         produce(
             kafka_bootstrap,
             source,
-            ({"id": f"r{i}", "n": i} for i in range(produced, produced + n)),
+            ({"id": f"r{i}", "n": i, "day": f"d{i % 2}"} for i in range(produced, produced + n)),
             start=produced,
         )
         produce(kafka_bootstrap, source, [MALFORMED])
@@ -127,24 +162,31 @@ def test_kafka_and_postgres_sinks_survive_kill_9_inside_open_transactions_exactl
     produce_more(5000)
     api.post("/api/pipelines/k2k/start/")
     reconcile_until("k2k", lambda: output_count() >= 5000, 180, "the first records")
-    killed_inside = 0
+    killed_inside, killed_rolling = 0, 0
     output = Offsets(kafka_bootstrap, out)
-    for kill in range(2):
+    lake = files_dir / "lake" / "orders"
+    plans = lake / "_cp_staging" / "_plans"
+    for kill, inside in enumerate((output.transaction_open, lambda: rolling(plans))):
         produce_more(60000)  # several batches in flight when the driver dies
         run = Run.objects.get(pipeline__name="k2k", state=RunState.RUNNING)
         driver = driver_pid(run)
         deadline = time.monotonic() + 60
-        while not output.transaction_open() and time.monotonic() < deadline:
+        while not inside() and time.monotonic() < deadline:
             time.sleep(0.005)
         os.kill(driver, signal.SIGKILL)
         time.sleep(1)
         # The dead driver's transaction stays open (nothing can commit it any more) until its
-        # successor takes over the transactional id and aborts it.
+        # successor takes over the transactional id and aborts it; its roll's plan stays
+        # until the successor finishes it.
         killed_inside += output.transaction_open()
+        killed_rolling += rolling(plans)
         restarted_after_kill("k2k", run, f"the restart after kill {kill}")
     output.close()
     assert killed_inside >= 1, "the driver was never killed inside an open transaction"
+    assert killed_rolling >= 1, "the driver was never killed while rolling files"
     reconcile_until("k2k", caught_up, 240, "the end")
+    # The last rows roll after 2 s without new ones (inactivity).
+    reconcile_until("k2k", lambda: not staged_rows(lake), 60, "the files' last roll")
     records = read_committed(kafka_bootstrap, out)
     ids = [json.loads(v)["id"] for _, v, _ in records]
     assert len(ids) == produced and set(ids) == {f"r{i}" for i in range(produced)}
@@ -154,6 +196,27 @@ def test_kafka_and_postgres_sinks_survive_kill_9_inside_open_transactions_exactl
     with psycopg.connect(sink_dsn) as conn:  # the second sink, exactly once too
         found = conn.execute(f'SELECT count(*), count(DISTINCT id) FROM "{table}"').fetchone()
     assert found == (produced, produced)
+    # The third sink: every record once in finished files, as Spark and pyarrow read them.
+    everyone = {f"r{i}" for i in range(produced)}
+    rows = spark.read.json(str(lake)).select("id", "day").collect()
+    assert len(rows) == produced and {r.id for r in rows} == everyone
+    table_read = ds.dataset(str(lake), format="json", partitioning="hive").to_table()
+    assert sorted(table_read["id"].to_pylist()) == sorted(everyone)
+    entries = [json.loads(p.read_text()) for p in (lake / "_cp_manifest").glob("*.json")]
+    visible = sorted(
+        str(p.relative_to(lake))
+        for p in lake.rglob("*.json")
+        if not any(part.startswith(("_", ".")) for part in p.relative_to(lake).parts)
+    )
+    assert sorted(e["file"] for e in entries) == visible
+    assert sum(e["rows"] for e in entries) == produced
+    # Files per partition bounded by the policy (its bytes / 1 MB, plus the rolls by
+    # inactivity: one per restart and the last), far fewer than the files batches staged.
+    for day in ("d0", "d1"):
+        mine = [e for e in entries if e["partition"] == f"day={day}"]
+        size = sum(e["bytes"] for e in mine)
+        assert len(mine) <= size // (1024 * 1024) + 2 + 2, mine
+        assert sum(e["inputs"] for e in mine) >= 3 * len(mine)
     pipeline = Pipeline.objects.get(name="k2k")
     assert (pipeline.restarts, pipeline.failures.count()) == (2, 2)
     api.post("/api/pipelines/k2k/stop/")

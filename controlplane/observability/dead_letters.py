@@ -46,7 +46,7 @@ COLUMNS = 'batch_id, topic, partition, "offset", raw, error, record_time, receiv
 # Kafka's legal topic names.
 TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 REDRIVE_LIMIT = 100_000  # letters per redrive request
-# A files sink's dead letters: JSON Lines under <root>/<path>/_cp_dead_letters/<query>/<batch>/.
+# A files sink's dead letters: JSON Lines under <root>/<path>/_cp_dead_letters/query=<q>/batch=<n>/.
 FILES_DEAD_LETTERS_DIR = "_cp_dead_letters"
 
 
