@@ -623,24 +623,29 @@ class FilesBatchWriter(BatchWriter):
     def _sink(self):
         return self.config.spec.all_sinks()[self.index]
 
+    files = None  # the sink's directory (jobs.sinks.files.FileSink), once opened
+
+    def open(self, spark, query_id: str) -> None:
+        """The sink's directory and its rolling thread (which first finishes what a killed
+        driver left): started with the query, so rolling goes on while no batch comes."""
+        from .sinks import files
+
+        if self.files is not None:
+            return
+        root = self.config.sink_config(self.index)["files"]["root"]
+        self.files = files.FileSink(
+            spark, files.base_uri(root, self.sink.path), self.sink, query_id
+        )
+        alive = functools.partial(query_active, self.session or spark, self.config.pipeline)
+        self.compactor = files.Compactor(self.files, alive, self.config.pipeline).start()
+
     def __call__(self, parsed, batch_id: int) -> None:
         from pyspark.sql import Observation
 
         from .sinks import files
 
-        if not self.tables_ready:
-            spark = parsed.sparkSession
-            root = self.config.sink_config(self.index)["files"]["root"]
-            self.files = files.FileSink(
-                spark,
-                files.base_uri(root, self.sink.path),
-                self.sink,
-                stream_id(self.config.checkpoint),
-            )
-            self.files.recover()
-            alive = functools.partial(query_active, self.session or spark, self.config.pipeline)
-            self.compactor = files.Compactor(self.files, alive).start()
-            self.tables_ready = True
+        if self.files is None:
+            self.open(parsed.sparkSession, stream_id(self.config.checkpoint))
         self.compactor.check()
         if self.files.committed(batch_id):
             log.info("batch %s was staged before (a replay): skipped", batch_id)
@@ -654,7 +659,7 @@ class FilesBatchWriter(BatchWriter):
             out = parsed.sparkSession.sql(transform.sql)
         if self._plan is None:
             files.check_columns(self.sink, out.columns)
-            self._plan = {"schema": files.schema_digest(out.schema.json())}
+            self._plan = {"schema": files.group_key(self.sink, out.schema.json())}
         self.files.stage(out, batch_id)
         unparsed = files.observed(observation)
         if unparsed != 0:  # None (not reported): read them to be safe
@@ -890,4 +895,8 @@ def start_query(spark, config: RunConfig, *, available_now: bool = False):
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{config.spec.trigger.interval_seconds} seconds")
-    return writer.start()
+    query = writer.start()
+    for each in getattr(batches, "writers", [batches]):
+        if isinstance(each, FilesBatchWriter):
+            each.open(spark, query.id)
+    return query

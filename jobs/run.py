@@ -25,6 +25,7 @@ sys.path.insert(0, str(_HERE.parent))
 from jobs.kafka import group_commit  # noqa: E402
 from jobs.pipeline import RunConfig, start_query  # noqa: E402
 from jobs.reporting import ProgressPoller, Reporter, SharedChannel  # noqa: E402
+from jobs.sinks import files  # noqa: E402
 
 log = logging.getLogger("jobs.run")
 
@@ -99,6 +100,7 @@ def serve(spark, run_dir: Path, config: RunConfig, channel: SharedChannel | None
         on_idle = reporter.idle if reporter is not None else None
         wait(query, run_dir, ProgressPoller(query, callbacks, on_idle))
     finally:
+        files.stop_rollers(config.pipeline)
         if reporter is not None:
             reporter.close()
         if mirror is not None:

@@ -175,6 +175,9 @@ def test_a_roll_killed_at_any_step_is_finished_once_by_the_next_driver(
     file_sink(spark, config).recover()
     assert read_lines(out) == expected(500)
     assert len(finished(out)) == 1 and [e["file"] for e in manifest(out)] == ["part-00000001.json"]
+    # The manifest says the file's size and rows whichever driver wrote the entry.
+    (entry,) = manifest(out)
+    assert (entry["bytes"], entry["rows"]) == (finished(out)[0].stat().st_size, 500)
     assert not list((out / "_cp_staging/_plans").glob("*.json"))
     assert not [p for p in (out / "_cp_staging").rglob("*.json") if "_batches" not in str(p)]
 
@@ -309,3 +312,41 @@ def test_a_partition_column_the_transform_drops_is_a_definition_error(
     assert "sink.partition_by[0]: column 'day' is not in the pipeline's output" in message
     assert classify(message) == "a definition error"  # not restarted again and again
     assert finished(base(config)) == []
+
+
+def test_rows_left_staged_roll_when_the_next_run_starts_without_new_records(
+    spark, kafka_bootstrap, tmp_path
+):
+    """A run stopped with rows staged: the next run's rolling thread takes them (by
+    inactivity) although no record comes, so no batch runs."""
+    topic = new_topic(kafka_bootstrap)
+    produce(kafka_bootstrap, topic, events(0, 200))
+    config = files_config(tmp_path, kafka_bootstrap, topic, inactivity_seconds=4)
+    drain(spark, config)
+    out = base(config)
+    assert finished(out) == []
+    query = start_query(spark, config)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not finished(out):
+            time.sleep(0.5)
+        assert read_ids(spark, out) == expected(200)
+        assert query.lastProgress is None or query.lastProgress["numInputRows"] == 0
+    finally:
+        query.stop()
+
+
+def test_a_format_change_rolls_each_format_into_files_of_its_own(spark, kafka_bootstrap, tmp_path):
+    topic = new_topic(kafka_bootstrap)
+    produce(kafka_bootstrap, topic, events(0, 100))
+    config = files_config(tmp_path, kafka_bootstrap, topic, format="json")
+    drain(spark, config)
+    produce(kafka_bootstrap, topic, events(100, 300))
+    drain(spark, with_sink(config, format="parquet"))
+    roll_everything(spark, with_sink(config, format="parquet"))
+    out = base(config)
+    assert sorted(p.suffix for p in finished(out)) == [".json", ".parquet"]
+    (json_file,) = [p for p in finished(out) if p.suffix == ".json"]
+    assert len(json_file.read_text().splitlines()) == 100
+    parquet_ids = spark.read.parquet(str(next(p for p in finished(out) if p.suffix == ".parquet")))
+    assert parquet_ids.count() == 200

@@ -41,6 +41,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -64,6 +65,27 @@ MAX_WAIT_SECONDS = 30.0
 MAX_FAILURES = 5
 
 
+# One roll at a time per directory in this process (a stopped query's rolling thread may still
+# be finishing a roll when its successor, or a test, starts one).
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+# The rolling threads of each pipeline in this process, stopped and joined when it ends.
+_ROLLERS: dict[str, list[Compactor]] = {}
+
+
+def _lock_for(base: str) -> threading.Lock:
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(base, threading.Lock())
+
+
+def stop_rollers(pipeline: str, timeout: float = 60.0) -> None:
+    """Stops the pipeline's rolling threads and waits for a roll under way to end (a roll is
+    short: a merge of one file), so that no roll of this run overlaps the next run's."""
+    for roller in _ROLLERS.pop(pipeline, []):
+        roller.stop()
+        roller.thread.join(timeout)
+
+
 class FileSinkError(Exception):
     """A files sink whose definition cannot work (a partition column the output lacks): a
     definition error, not retried."""
@@ -73,8 +95,15 @@ def base_uri(root: str, path: str) -> str:
     return f"{root.rstrip('/')}/{path.strip('/')}"
 
 
-def schema_digest(schema_json: str) -> str:
-    return hashlib.sha1(schema_json.encode()).hexdigest()[:16]  # noqa: S324 - a name
+def group_key(sink, schema_json: str) -> str:
+    """What staged files must share to be merged into one file: the format, the partition
+    columns and the schema they were written with (a restart may change any of them)."""
+    digest = hashlib.sha1(schema_json.encode()).hexdigest()[:16]  # noqa: S324 - a name
+    return f"{sink.format}|{','.join(sink.partition_by)}|{digest}"
+
+
+def key_format(key: str) -> str:
+    return key.split("|", 1)[0]
 
 
 def check_columns(sink, columns: list[str]) -> None:
@@ -102,9 +131,8 @@ class FileSink:
         self._gateway = spark.sparkContext._gateway
         self._jstring = spark._jvm.String
         self.conf = spark._jsc.hadoopConfiguration()
-        self.lock = threading.Lock()  # one roll at a time
+        self.lock = _lock_for(self.base)
         self._markers: dict[tuple[str, int], dict[str, Any]] = {}
-        self._generations: dict[str, int] = {}
         self._seq: int | None = None
         # Finished file bytes / staged bytes of the last rolls (Parquet's merged file drops
         # the inputs' footers): the target the planner cuts at is scaled by it, so finished
@@ -128,7 +156,15 @@ class FileSink:
     def stage(self, frame, batch_id: int) -> None:
         """Writes the batch's rows into its staging directory (whatever a killed attempt
         left there is replaced)."""
-        writer = frame.write.mode("overwrite").format(self.sink.format)
+        writer = (
+            frame.write.mode("overwrite")
+            .format(self.sink.format)
+            # Task outputs appear in the batch's directory at job commit only (version 2 would
+            # move a retried task's files in as it goes).
+            .option("mapreduce.fileoutputcommitter.algorithm.version", "1")
+        )
+        if self.sink.format == "json":
+            writer = writer.option("compression", "none")  # merged byte for byte
         if self.sink.partition_by:
             writer = writer.partitionBy(*self.sink.partition_by)
         writer.save(self._batch_dir(batch_id))
@@ -153,8 +189,10 @@ class FileSink:
     # -- rolling ------------------------------------------------------------------------
 
     def recover(self) -> None:
-        """Finishes the rolls a killed driver left (before anything else is rolled)."""
+        """Finishes the rolls a killed driver left (before anything else is rolled) and
+        deletes its half-merged files."""
         with self.lock:
+            self.jfs.delete(self.path(STAGING, MERGING), True, self.conf)
             self._finish_plans()
 
     def roll(
@@ -193,9 +231,6 @@ class FileSink:
             markers = self._read_markers(query)
             if not markers:
                 continue
-            generation = self._generations.setdefault(
-                query, int(min(m["committed_at"] for m in markers.values()) * 1000)
-            )
             for line in self.jfs.listFiles(self.path(STAGING, query), self.conf):
                 relative, size = line.rsplit("\t", 1)
                 batch, _, rest = relative.partition("/")
@@ -205,7 +240,8 @@ class FileSink:
                 partition = rest.rpartition("/")[0]
                 out.setdefault(partition, []).append(
                     Staged(
-                        batch=(generation, int(batch)),
+                        # Across queries (a checkpoint started anew), by commit time.
+                        batch=(round(marker["committed_at"] * 1000), int(batch)),
                         path=f"{STAGING}/{query}/{relative}",
                         bytes=int(size),
                         committed_at=marker["committed_at"],
@@ -249,8 +285,17 @@ class FileSink:
         return self._seq
 
     def _write_plan(self, roll: Roll) -> dict[str, Any]:
-        seq = self._next_seq()
-        name = f"part-{seq:08d}.{EXTENSIONS[self.sink.format]}"
+        for _ in range(3):
+            planned = self._plan_for(roll, self._next_seq())
+            name = self.path(STAGING, PLANS, f"{planned['seq']:08d}.json")
+            if self.jfs.create(name, json.dumps(planned), self.conf):
+                return planned
+            self._seq = None  # taken: by another roller of this directory; look again
+        raise RuntimeError(f"{self.base}: roll sequence numbers keep being taken")
+
+    def _plan_for(self, roll: Roll, seq: int) -> dict[str, Any]:
+        fmt = key_format(roll.inputs[0].schema)
+        name = f"part-{seq:08d}.{EXTENSIONS[fmt]}"
         planned = {
             "seq": seq,
             "partition": roll.partition,
@@ -258,11 +303,8 @@ class FileSink:
             "inputs": [s.path for s in roll.inputs],
             "batches": [list(roll.inputs[0].batch), list(roll.inputs[-1].batch)],
             "reason": roll.reason,
-            "format": self.sink.format,
+            "format": fmt,
         }
-        self.jfs.create(
-            self.path(STAGING, PLANS, f"{seq:08d}.json"), json.dumps(planned), self.conf
-        )
         return planned
 
     def _finish_plans(self) -> None:
@@ -279,24 +321,32 @@ class FileSink:
         """Does a planned roll, or what is left of it: merge into the planned name unless the
         file is there, record it in the manifest, delete the inputs, then the plan. Returns
         the finished file's bytes when this call merged it."""
-        seq = planned["seq"]
+        seq, fmt = planned["seq"], planned["format"]
         entry_path = self.path(MANIFEST, f"{seq:08d}.json")
-        size, rows = None, None
+        merged = None
         if not self.jfs.exists(entry_path, self.conf):
             final = self.path(planned["output"])
-            if not self.jfs.exists(final, self.conf):
-                merging = self.path(STAGING, MERGING, f"{seq:08d}.{EXTENSIONS[planned['format']]}")
-                inputs = [self.path(p) for p in planned["inputs"]]
-                size, rows = self.jfs.merge(
-                    planned["format"], self._strings(inputs), merging, self.conf
+            if self.jfs.exists(final, self.conf):  # renamed before the driver died
+                size = int(self.jfs.length(final, self.conf))
+                rows = int(self.jfs.rows(fmt, final, self.conf))
+            else:
+                merging = self.path(
+                    STAGING, MERGING, f"{seq:08d}-{uuid.uuid4().hex[:8]}.{EXTENSIONS[fmt]}"
                 )
-                self.jfs.rename(merging, final, self.conf)
+                inputs = [self.path(p) for p in planned["inputs"]]
+                size, rows = (
+                    int(v) for v in self.jfs.merge(fmt, self._strings(inputs), merging, self.conf)
+                )
+                if not self.jfs.rename(merging, final, self.conf):
+                    raise RuntimeError(f"{final} appeared while {merging} was merged")
+                merged = size
             entry = {
                 "seq": seq,
                 "file": planned["output"],
                 "partition": planned["partition"],
+                "format": fmt,
                 "bytes": size,
-                "rows": rows if rows is not None and rows >= 0 else None,
+                "rows": rows,
                 "inputs": len(planned["inputs"]),
                 "batches": planned["batches"],
                 "reason": planned["reason"],
@@ -304,16 +354,17 @@ class FileSink:
             }
             self.jfs.create(entry_path, json.dumps(entry), self.conf)
             log.info(
-                "rolled %s staged files into %s (%s bytes, %s)",
+                "rolled %s staged files into %s (%s bytes, %s rows, %s)",
                 len(planned["inputs"]),
                 planned["output"],
                 size,
+                rows,
                 planned["reason"],
             )
         for p in planned["inputs"]:
             self.jfs.delete(self.path(p), False, self.conf)
         self.jfs.delete(self.path(STAGING, PLANS, f"{seq:08d}.json"), False, self.conf)
-        return size
+        return merged
 
     def _strings(self, values: list[str]):
         """A Java String[] (py4j hands Python lists over as java.util.List)."""
@@ -354,12 +405,16 @@ def observed(observation) -> int | None:
 
 
 class Compactor:
-    """The thread that rolls a files sink's staged rows: after each batch (poke) and when
-    the next age or inactivity roll falls due; it stops when `alive()` says the pipeline's
-    query no longer runs in this application (so a stopped pipeline's rolling never overlaps
-    its next run's). Failures are retried; MAX_FAILURES in a row fail the next batch."""
+    """The thread that rolls a files sink's staged rows: first what a killed driver left
+    (FileSink.recover), then after each batch (poke) and when the next age or inactivity roll
+    falls due. It ends when `alive()` says the pipeline's query no longer runs in this
+    application, or when stopped (stop_rollers, as the pipeline's run ends: joined, so no
+    roll of this run overlaps the next run's). Failures are retried with a backoff;
+    MAX_FAILURES in a row fail the next batch (check)."""
 
-    def __init__(self, sink: FileSink, alive: Callable[[], bool], clock=time.time):
+    def __init__(
+        self, sink: FileSink, alive: Callable[[], bool], pipeline: str = "", clock=time.time
+    ):
         self.sink = sink
         self.alive = alive
         self.clock = clock
@@ -370,6 +425,7 @@ class Compactor:
         self.thread = threading.Thread(
             target=self._run, daemon=True, name=f"cp-files-roll-{sink.query}"
         )
+        _ROLLERS.setdefault(pipeline, []).append(self)
 
     def start(self) -> Compactor:
         self.thread.start()
@@ -383,19 +439,33 @@ class Compactor:
         self.wake.set()
 
     def check(self) -> None:
-        """Raises when rolling has failed MAX_FAILURES times in a row."""
+        """Raises when rolling has failed MAX_FAILURES times in a row, or its thread ended
+        while the query runs."""
         if self.failures >= MAX_FAILURES:
             raise RuntimeError(
                 f"files sink {self.sink.base}: rolling staged files failed {self.failures} "
                 f"times in a row: {self.error}"
             )
+        started, ended = self.thread.ident is not None, not self.thread.is_alive()
+        if started and ended and not self.stopped.is_set():
+            raise RuntimeError(f"files sink {self.sink.base}: its rolling thread ended")
+
+    def _stopping(self) -> bool:
+        try:
+            return self.stopped.is_set() or not self.alive()
+        except Exception:  # the application is going away
+            return True
 
     def _run(self) -> None:
-        stop = lambda: self.stopped.is_set() or not self.alive()  # noqa: E731
-        while not stop():
+        recovered = False
+        while not self._stopping():
+            self.wake.clear()  # before rolling: a poke from now on means look again
             wait = MAX_WAIT_SECONDS
             try:
-                due = self.sink.roll(self.clock(), stop=stop)
+                if not recovered:
+                    self.sink.recover()
+                    recovered = True
+                due = self.sink.roll(self.clock(), stop=self._stopping)
                 self.failures, self.error = 0, None
                 if due is not None:
                     wait = min(MAX_WAIT_SECONDS, max(0.2, due - self.clock() + 0.05))
@@ -407,4 +477,3 @@ class Compactor:
                     "rolling %s failed (%s in a row): %s", self.sink.base, self.failures, exc
                 )
             self.wake.wait(wait)
-            self.wake.clear()

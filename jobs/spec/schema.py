@@ -54,6 +54,10 @@ _FIELDS: dict[tuple[type, str], dict[str, Any]] = {
         " values, derived from avro_schema (leave it out)",
     },
     (model.KafkaSource, "format"): {"enum": ["json", "avro"]},
+    (model.KafkaSource, "connection"): {"type": "string", "minLength": 1},
+    (model.PostgresSink, "connection"): {"type": "string", "minLength": 1},
+    (model.KafkaSink, "connection"): {"type": "string", "minLength": 1},
+    (model.FilesSink, "connection"): {"type": "string", "minLength": 1},
     (model.KafkaSource, "avro_schema"): {
         "type": ["string", "object", "null"],
         "description": "Avro only: the writers' record schema (JSON text or object)",
@@ -239,6 +243,17 @@ def _define(cls: type, defs: dict[str, Any]) -> None:
         "required": required,
         "additionalProperties": False,
     }
+    if cls is model.KafkaSource:
+        # `schema` is required, but for Avro values, whose columns come from avro_schema.
+        defs[name]["if"] = {"properties": {"format": {"const": "avro"}}, "required": ["format"]}
+        defs[name]["then"] = {
+            "required": ["avro_schema"],
+            "properties": {"avro_schema": {"type": ["string", "object"]}},
+        }
+        defs[name]["else"] = {
+            "required": ["schema"],
+            "properties": {"avro_schema": {"type": "null"}, "avro_framing": {"const": "none"}},
+        }
 
 
 def spec_schema_parts(ref_prefix: str = "#/$defs/") -> tuple[dict[str, Any], dict[str, Any]]:

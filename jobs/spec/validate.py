@@ -684,7 +684,7 @@ def _parse_files_sink(
         elif not segments or len(segments) > 16 or len(where) > 512:
             s.error("path", "must name 1-16 directories under the connection's root")
         elif (
-            bad := next((x for x in segments if not FILES_PATH_SEGMENT_RE.match(x)), None)
+            bad := next((x for x in segments if not FILES_PATH_SEGMENT_RE.fullmatch(x)), None)
         ) is not None:
             s.error(
                 "path",
@@ -706,7 +706,7 @@ def _parse_files_sink(
     if len(partition_by) > MAX_PARTITION_COLUMNS:
         s.error("partition_by", f"at most {MAX_PARTITION_COLUMNS} columns")
     for i, column in enumerate(partition_by):
-        if not isinstance(column, str) or not PARTITION_COLUMN_RE.match(column):
+        if not isinstance(column, str) or not PARTITION_COLUMN_RE.fullmatch(column):
             s.error(
                 f"partition_by[{i}]",
                 f"{column!r} is not a partition column name: letters, digits and underscores, "

@@ -1,5 +1,6 @@
 package controlplane.spark;
 
+import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
@@ -17,9 +18,7 @@ import org.apache.avro.generic.GenericDatumWriter;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
-import org.apache.hadoop.fs.LocatedFileStatus;
 import org.apache.hadoop.fs.Path;
-import org.apache.hadoop.fs.RemoteIterator;
 import org.apache.parquet.hadoop.ParquetFileReader;
 import org.apache.parquet.hadoop.ParquetFileWriter;
 import org.apache.parquet.hadoop.ParquetWriter;
@@ -54,36 +53,82 @@ public final class FileSink {
 
   /**
    * Every file under {@code dir}, recursively, as "relative path TAB bytes"; names hidden from
-   * readers, and everything under them, are left out. A missing directory has none.
+   * readers, and everything under them, are left out (never entered: Spark's {@code _temporary}
+   * trees change while a batch is written). A directory that vanishes while listed, or is
+   * missing, has none.
    */
   public static String[] listFiles(String dir, Configuration conf) throws IOException {
     Path root = new Path(dir);
-    FileSystem fs = fs(root, conf);
     List<String> out = new ArrayList<>();
-    if (!fs.exists(root)) {
-      return new String[0];
+    walk(fs(root, conf), root, "", out);
+    return out.toArray(new String[0]);
+  }
+
+  private static void walk(FileSystem fs, Path dir, String prefix, List<String> out)
+      throws IOException {
+    FileStatus[] found;
+    try {
+      found = fs.listStatus(dir);
+    } catch (FileNotFoundException gone) {
+      return;
     }
-    String prefix = fs.makeQualified(root).toUri().getPath();
-    if (!prefix.endsWith("/")) {
-      prefix += "/";
-    }
-    RemoteIterator<LocatedFileStatus> it = fs.listFiles(root, true);
-    while (it.hasNext()) {
-      LocatedFileStatus status = it.next();
-      String path = status.getPath().toUri().getPath();
-      if (!path.startsWith(prefix)) {
+    for (FileStatus status : found) {
+      String name = status.getPath().getName();
+      if (hidden(name)) {
         continue;
       }
-      String relative = path.substring(prefix.length());
-      boolean skip = false;
-      for (String part : relative.split("/")) {
-        skip |= hidden(part);
-      }
-      if (!skip) {
-        out.add(relative + "\t" + status.getLen());
+      if (status.isDirectory()) {
+        walk(fs, status.getPath(), prefix + name + "/", out);
+      } else {
+        out.add(prefix + name + "\t" + status.getLen());
       }
     }
-    return out.toArray(new String[0]);
+  }
+
+  /** A file's size in bytes. */
+  public static long length(String path, Configuration conf) throws IOException {
+    Path p = new Path(path);
+    return fs(p, conf).getFileStatus(p).getLen();
+  }
+
+  /** The records a finished file holds (from Parquet's footer, Avro's block counts, JSON
+   * lines), without decoding one. */
+  public static long rows(String format, String path, Configuration conf) throws IOException {
+    Path p = new Path(path);
+    FileSystem fs = fs(p, conf);
+    switch (format) {
+      case "parquet":
+        try (ParquetFileReader reader =
+            ParquetFileReader.open(HadoopInputFile.fromPath(p, conf))) {
+          return reader.getRecordCount();
+        }
+      case "avro":
+        try (DataFileStream<Object> stream =
+            new DataFileStream<>(fs.open(p), new GenericDatumReader<>())) {
+          long rows = 0;
+          while (stream.hasNext()) {
+            stream.nextBlock();
+            rows += stream.getBlockCount();
+          }
+          return rows;
+        }
+      case "json":
+        long lines = 0;
+        byte[] buffer = new byte[1 << 16];
+        try (InputStream in = fs.open(p)) {
+          int n;
+          while ((n = in.read(buffer)) > 0) {
+            for (int i = 0; i < n; i++) {
+              if (buffer[i] == '\n') {
+                lines++;
+              }
+            }
+          }
+        }
+        return lines;
+      default:
+        throw new IllegalArgumentException("no row count for format " + format);
+    }
   }
 
   /** The names of a directory's entries (hidden ones too); none if it does not exist. */
@@ -172,7 +217,7 @@ public final class FileSink {
 
   /**
    * Merges {@code inputs} into {@code output} (replaced if it exists) in the sink's format;
-   * returns {bytes, rows} of the output (rows -1 when the format does not say: Avro).
+   * returns {bytes, rows} of the output.
    */
   public static long[] merge(String format, String[] inputs, String output, Configuration conf)
       throws IOException {
@@ -187,7 +232,8 @@ public final class FileSink {
         rows = mergeLines(fs, inputs, out, conf);
         break;
       case "avro":
-        rows = mergeAvro(fs, inputs, out, conf);
+        mergeAvro(fs, inputs, out, conf);
+        rows = rows(format, output, conf);
         break;
       case "parquet":
         rows = mergeParquet(inputs, out, conf);
@@ -229,7 +275,7 @@ public final class FileSink {
   }
 
   /** Avro object container files: the inputs' blocks copied as they are. */
-  static long mergeAvro(FileSystem fs, String[] inputs, Path out, Configuration conf)
+  static void mergeAvro(FileSystem fs, String[] inputs, Path out, Configuration conf)
       throws IOException {
     try (DataFileWriter<Object> writer = new DataFileWriter<>(new GenericDatumWriter<>())) {
       boolean started = false;
@@ -252,8 +298,12 @@ public final class FileSink {
         }
       }
     }
-    return -1;
   }
+
+  /** Spark's Parquet footer keys that say how to read every row group's dates. */
+  private static final String[] LEGACY_KEYS = {
+    "org.apache.spark.legacyDateTime", "org.apache.spark.legacyINT96"
+  };
 
   /** Parquet: the inputs' row groups copied as they are, under the first input's schema. */
   static long mergeParquet(String[] inputs, Path out, Configuration conf) throws IOException {
@@ -272,21 +322,37 @@ public final class FileSink {
             ParquetWriter.DEFAULT_BLOCK_SIZE,
             ParquetWriter.MAX_PADDING_SIZE_DEFAULT);
     long rows = 0;
-    writer.start();
-    for (String input : inputs) {
-      try (ParquetFileReader reader =
-          ParquetFileReader.open(HadoopInputFile.fromPath(new Path(input), conf))) {
-        MessageType own = reader.getFooter().getFileMetaData().getSchema();
-        if (!own.equals(schema)) {
-          throw new IOException(input + " has another schema than " + inputs[0]);
+    boolean done = false;
+    try {
+      writer.start();
+      for (String input : inputs) {
+        try (ParquetFileReader reader =
+            ParquetFileReader.open(HadoopInputFile.fromPath(new Path(input), conf))) {
+          MessageType own = reader.getFooter().getFileMetaData().getSchema();
+          if (!own.equals(schema)) {
+            throw new IOException(input + " has another schema than " + inputs[0]);
+          }
+          Map<String, String> theirs = reader.getFooter().getFileMetaData().getKeyValueMetaData();
+          for (String key : LEGACY_KEYS) {
+            if (!java.util.Objects.equals(theirs.get(key), meta.get(key))) {
+              // Spark reads every row group of a file with the file's rebase mode: merging
+              // would shift old dates silently.
+              throw new IOException(input + " was written with another " + key + " than " + inputs[0]);
+            }
+          }
+          for (BlockMetaData block : reader.getRowGroups()) {
+            rows += block.getRowCount();
+          }
+          reader.appendTo(writer);
         }
-        for (BlockMetaData block : reader.getRowGroups()) {
-          rows += block.getRowCount();
-        }
-        reader.appendTo(writer);
+      }
+      writer.end(meta);
+      done = true;
+    } finally {
+      if (!done) {
+        writer.abort(); // closes the stream: no lease held on a half-written file
       }
     }
-    writer.end(meta);
     return rows;
   }
 }
