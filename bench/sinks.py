@@ -1,6 +1,7 @@
 """The sinks' throughput next to Spark's own sinks on the same data, in one run.
 
-    .venv/bin/python bench/sinks.py [--events 1000000 --partitions 4 --rounds 3]
+    .venv/bin/python bench/sinks.py [--events 2000000 --partitions 4 --rounds 4 --minutes 10
+                                     --rate 8000 --target-mb 4]
                                      (after ./stack services)
 
 The same JSON delivery events (jobs.loadgen.produce, ~160 bytes) in one topic, read from its
@@ -360,11 +361,17 @@ def files_over_time(spark, bootstrap: str, args) -> dict:
                     if q.exception():
                         raise q.exception()
         finally:
-            producer.wait(timeout=120)
+            try:
+                producer.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                producer.terminate()  # behind its rate: what it sent is counted below
+                producer.wait(timeout=30)
             for q in (ours, plain):
-                q.processAllAvailable()
-                q.stop()
+                if q.isActive:
+                    q.processAllAvailable()
+                    q.stop()
         elapsed = time.monotonic() - started
+        count = sum(end_offsets(bootstrap, topic).values())  # what the producer sent
         base = workdir / "lake" / "rolling"
         entries = [json.loads(p.read_text()) for p in (base / "_cp_manifest").glob("*.json")]
         staged = rolling_sink(spark, config).pending()
@@ -391,6 +398,17 @@ def files_over_time(spark, bootstrap: str, args) -> dict:
         "files_rolling": rolling,
         "files_plain": plain_figures,
     }
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        return {tp.partition: n for tp, n in consumer.end_offsets(partitions).items()}
+    finally:
+        consumer.close()
 
 
 def drain_rounds(spark, args, topic: str, bootstrap: str, paths, run) -> dict[str, list[float]]:
@@ -420,13 +438,13 @@ def drain_rounds(spark, args, topic: str, bootstrap: str, paths, run) -> dict[st
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--events", type=int, default=2_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--per-batch", type=int, default=250_000, help="max_records_per_batch")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--minutes", type=float, default=10, help="files at a 1 s trigger")
-    parser.add_argument("--rate", type=int, default=20_000, help="events/s meanwhile")
-    parser.add_argument("--target-mb", type=int, default=16, help="files_rolling's target")
+    parser.add_argument("--rate", type=int, default=8_000, help="events/s meanwhile")
+    parser.add_argument("--target-mb", type=int, default=4, help="files_rolling's target")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "sinks.json"))
     args = parser.parse_args()
