@@ -95,7 +95,7 @@ def _kafka(errors: list[FieldError], data: Any, secrets: Any, policy: Connection
             servers = None
         else:
             for i, server in enumerate(servers):
-                match = _HOST_PORT_RE.match(server) if isinstance(server, str) else None
+                match = _HOST_PORT_RE.fullmatch(server) if isinstance(server, str) else None
                 if not match or not 0 < int(match.group(2)) < 65536:
                     s.error(f"bootstrap_servers[{i}]", f"{server!r} is not host:port")
     protocol = s.string("security_protocol", "PLAINTEXT", choices=SECURITY_PROTOCOLS)
@@ -213,7 +213,7 @@ def parse_postgres_dsn(dsn: str, policy: ConnectionPolicy | None = None) -> dict
                 f"host {host!r} is a Unix socket; sockets are not allowed here (an admin "
                 "can allow them with CONTROLPLANE_ALLOW_UNIX_SOCKETS)"
             )
-    elif not _HOST_RE.match(host):
+    elif not _HOST_RE.fullmatch(host):
         raise ValueError(f"host {host!r} is not a host name or IP address")
     try:
         port = parts.port
@@ -260,7 +260,7 @@ def _postgres_param(name: str, value: str, policy: ConnectionPolicy) -> str:
         if not value.isdigit() or not 1 <= int(value) <= 300:
             raise ValueError("connect_timeout must be a whole number of seconds from 1 to 300")
     elif name == "application_name":
-        if not _APPLICATION_NAME_RE.match(value):
+        if not _APPLICATION_NAME_RE.fullmatch(value):
             raise ValueError("application_name must be 1-63 printable ASCII characters")
     elif name == "options" and not _OPTIONS_RE.match(value.strip()):
         raise ValueError(
@@ -379,7 +379,7 @@ def _split_root(root: str) -> tuple[str, str, str]:
     for segment in segments:
         if segment in (".", ".."):
             raise ValueError(f"path {path!r} is not normalised: it has {segment!r}")
-        if not _ROOT_SEGMENT_RE.match(segment):
+        if not _ROOT_SEGMENT_RE.fullmatch(segment):
             raise ValueError(
                 f"directory {segment!r} is not allowed: use letters, digits and . _ - ~ @ + = ,"
             )

@@ -372,3 +372,30 @@ def test_a_kafka_sink_refuses_bad_topics_connections_and_timeouts():
         "must be one of postgres, kafka"
         in errors_of(with_change("sink.kind", "s3"))["sink.kind"][0]
     )
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        ("source.topics", ["orders\n"], "source.topics[0]"),
+        ("sink.table", "clean_orders\n", "sink.table"),
+    ],
+)
+def test_a_name_with_a_trailing_newline_is_refused(path, value, field):
+    # `$` matches before a final newline: names are checked whole (re.fullmatch).
+    assert field in errors_of(with_change(path, value))
+
+
+@pytest.mark.parametrize(
+    ("sink", "field"),
+    [
+        ({"path": "orders\n"}, "sink.path"),
+        ({"partition_by": ["day\n"]}, "sink.partition_by[0]"),
+        ({"path": "orders//clean"}, "sink.path"),
+    ],
+)
+def test_files_sink_names_are_checked_whole(sink, field):
+    from tests.factories import files_spec
+
+    connections = {**CONNECTIONS, "lake": "files"}
+    assert field in errors_of(files_spec(**sink), connections)

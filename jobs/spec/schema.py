@@ -33,7 +33,7 @@ from .validate import (
     TOPIC_RE,
 )
 
-TOPIC = {"type": "string", "pattern": TOPIC_RE.pattern}
+TOPIC = {"type": "string", "pattern": TOPIC_RE.pattern, "not": {"enum": [".", ".."]}}
 # A files sink's path: 1-16 directories (each as the validator allows), trailing "/" ignored.
 _SEGMENT = FILES_PATH_SEGMENT_RE.pattern.strip("^$")
 FILES_PATH = {
@@ -46,7 +46,12 @@ _DURATION = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_DELAY_SECON
 SQL = {"type": "string", "minLength": 1}
 # Per (dataclass, field): what the validator asks beyond the field's type.
 _FIELDS: dict[tuple[type, str], dict[str, Any]] = {
-    (model.KafkaSource, "topics"): {"type": "array", "items": TOPIC, "minItems": 1},
+    (model.KafkaSource, "topics"): {
+        "type": "array",
+        "items": TOPIC,
+        "minItems": 1,
+        "uniqueItems": True,
+    },
     (model.KafkaSource, "schema"): {
         "type": "string",
         "minLength": 1,

@@ -425,7 +425,7 @@ def _type_names(t: Any) -> list[str]:
 
 def is_topic_name(name: str) -> bool:
     """Kafka's own rule for topic names."""
-    return bool(TOPIC_RE.match(name)) and name not in {".", ".."}
+    return bool(TOPIC_RE.fullmatch(name)) and name not in {".", ".."}
 
 
 def _parse_topics(s: Section) -> list[str] | None:
@@ -574,7 +574,7 @@ def _parse_sink(
         s.error("key", "must be a list of column names")
         key = []
     for i, column in enumerate(key):
-        if not isinstance(column, str) or not IDENTIFIER_RE.match(column):
+        if not isinstance(column, str) or not IDENTIFIER_RE.fullmatch(column):
             s.error(f"key[{i}]", f"{column!r} is not a safe column name")
     if len(set(key)) != len(key):
         s.error("key", "lists a column twice")
@@ -633,7 +633,7 @@ def _parse_kafka_sink(
         headers = {}
     for name, expression in headers.items():
         where = f"headers.{name}"
-        if not HEADER_NAME_RE.match(str(name)):
+        if not HEADER_NAME_RE.fullmatch(str(name)):
             s.error(where, "header names are 1-128 letters, digits, '.', '_' or '-'")
         elif str(name).lower().startswith(RESERVED_HEADER_PREFIX):
             s.error(where, "header names starting with cp- are reserved for the control plane")
@@ -795,7 +795,7 @@ def _reserved_table(name: str) -> str | None:
 
 def _is_table_name(name: str) -> bool:
     parts = name.split(".")
-    return len(parts) <= 2 and all(IDENTIFIER_RE.match(p) for p in parts)
+    return len(parts) <= 2 and all(IDENTIFIER_RE.fullmatch(p) for p in parts)
 
 
 def _parse_trigger(errors: list[FieldError], data: Any) -> Trigger | None:
