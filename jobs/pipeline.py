@@ -636,7 +636,7 @@ class FilesBatchWriter(BatchWriter):
         self.files = files.FileSink(
             spark, files.base_uri(root, self.sink.path), self.sink, query_id
         )
-        alive = functools.partial(query_active, self.session or spark, self.config.pipeline)
+        alive = functools.partial(query_active, self.session or spark, query_id)
         self.compactor = files.Compactor(self.files, alive, self.config.pipeline).start()
 
     def __call__(self, parsed, batch_id: int) -> None:
@@ -678,9 +678,10 @@ def _count_all():
     return F.count(F.lit(1)).alias("n")
 
 
-def query_active(spark, name: str) -> bool:
-    """Whether a streaming query of this name runs in the application."""
-    return any(q.name() == name for q in spark._jsparkSession.streams().active())
+def query_active(spark, query_id: str) -> bool:
+    """Whether the streaming query with this id runs in the application (one lookup, however
+    many queries a shared application runs)."""
+    return spark._jsparkSession.streams().get(query_id) is not None
 
 
 def parse_error(source) -> str:

@@ -5,6 +5,7 @@ would: Spark and pyarrow on the base directory (finished files only), and the ma
 from __future__ import annotations
 
 import json
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -150,19 +151,31 @@ def test_a_replayed_batch_is_skipped_by_its_marker(spark, kafka_bootstrap, tmp_p
     assert read_ids(spark, base(config)) == expected(500)
 
 
+@pytest.fixture(scope="module")
+def staged_500(spark, kafka_bootstrap, tmp_path_factory):
+    """500 rows staged (JSON, not rolled) by a drained query: its config."""
+    topic = new_topic(kafka_bootstrap)
+    produce(kafka_bootstrap, topic, events(0, 500))
+    config = files_config(tmp_path_factory.mktemp("staged"), kafka_bootstrap, topic, format="json")
+    drain(spark, config)
+    return config
+
+
 @pytest.mark.parametrize(
     "dies_at",
     ["merge", "rename", "manifest", "first delete", "plan delete"],
 )
 def test_a_roll_killed_at_any_step_is_finished_once_by_the_next_driver(
-    spark, kafka_bootstrap, tmp_path, dies_at
+    spark, staged_500, tmp_path, dies_at
 ):
     """The driver dies inside a roll (after its plan was written): the next one finishes it
-    into the same file, and no row is lost or doubled."""
-    topic = new_topic(kafka_bootstrap)
-    produce(kafka_bootstrap, topic, events(0, 500))
-    config = files_config(tmp_path, kafka_bootstrap, topic, format="json")
-    drain(spark, config)
+    into the same file, and no row is lost or doubled. (Each case on its own copy of one
+    staged directory.)"""
+    lake = tmp_path / "lake"
+    shutil.copytree(base(staged_500).parent.parent, lake)
+    config = RunConfig(
+        **{**staged_500.__dict__, "sink_configs": ({"files": {"root": lake.as_uri()}},)}
+    )
     sink = file_sink(spark, config)
     sink.jfs = Dies(sink.jfs, dies_at)
     with pytest.raises(Killed):

@@ -65,6 +65,6 @@ def fuzz(schema, path: str, method: str, token: str, examples: int) -> list[int]
     ],
 )
 def test_generated_bodies_get_a_documented_answer(api_schema, token, path, method):
-    statuses = fuzz(api_schema, path, method, token, 40)
-    assert len(statuses) >= 40
+    statuses = fuzz(api_schema, path, method, token, 30)
+    assert len(statuses) >= 30
     assert all(s < 500 for s in statuses)
