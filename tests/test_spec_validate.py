@@ -399,3 +399,17 @@ def test_files_sink_names_are_checked_whole(sink, field):
 
     connections = {**CONNECTIONS, "lake": "files"}
     assert field in errors_of(files_spec(**sink), connections)
+
+
+def test_avro_fields_whose_names_differ_only_in_case_are_a_field_error():
+    """Spark's column names are case-insensitive: A and a would be one column (a 500 before,
+    found by the API fuzzer)."""
+    record = {
+        "type": "record",
+        "name": "R",
+        "fields": [{"name": "A", "type": "string"}, {"name": "a", "type": "int"}],
+    }
+    spec = with_change(
+        "source", {"connection": "events", "topics": ["t"], "format": "avro", "avro_schema": record}
+    )
+    assert "duplicate column name" in errors_of(spec)["source.avro_schema"][0]

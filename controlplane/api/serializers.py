@@ -23,6 +23,13 @@ class SpecField(serializers.JSONField):
     """A pipeline spec: JSON, described in the OpenAPI document by its JSON Schema."""
 
 
+@extend_schema_field(
+    {"type": "string", "maxLength": 63, "format": "spark-placement", "examples": ["dedicated"]}
+)
+class PlacementField(serializers.CharField):
+    """`dedicated`, `auto` or a shared application's name (checked when saved)."""
+
+
 class PipelineSerializer(serializers.ModelSerializer):
     """A pipeline definition. `spec` is validated as a whole by `jobs.spec.parse_spec`.
 
@@ -40,7 +47,7 @@ class PipelineSerializer(serializers.ModelSerializer):
     )
     status = serializers.ChoiceField(choices=Status.choices, read_only=True)
     # No default: a PUT without it keeps the pipeline where it is (a new one: dedicated).
-    placement = serializers.CharField(
+    placement = PlacementField(
         required=False,
         max_length=63,
         help_text=(

@@ -44,6 +44,51 @@ FILES_PATH = {
 }
 _DURATION = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_DELAY_SECONDS}
 SQL = {"type": "string", "minLength": 1}
+# String formats (annotations: validators ignore them) that say what a string holds, so that
+# client generators and fuzzers can produce values parse_spec accepts (tests/api/test_fuzz.py
+# gives schemathesis a strategy for each): a Spark DDL schema, one Spark SQL query, one SQL
+# expression, an Avro schema as JSON text, the name of a connection of a kind, an output column.
+EXPRESSION = {**SQL, "format": "spark-sql-expression"}
+
+
+def _connection(kind: str) -> dict[str, Any]:
+    return {
+        "type": "string",
+        "minLength": 1,
+        "format": f"{kind}-connection",
+        "description": f"the name of a {kind} connection",
+    }
+
+
+COLUMN = {"type": "string", "pattern": IDENTIFIER_RE.pattern, "format": "column-name"}
+_AVRO_NAME = {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,62}$"}
+# The object form of an Avro record schema, as far as JSON Schema can say it (fields of
+# primitive types; the JSON text form takes any record schema fastavro accepts).
+AVRO_RECORD = {
+    "type": "object",
+    "properties": {
+        "type": {"const": "record"},
+        "name": _AVRO_NAME,
+        "fields": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 64,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": _AVRO_NAME,
+                    "type": {
+                        "enum": ["string", "int", "long", "float", "double", "boolean", "bytes"]
+                    },
+                },
+                "required": ["name", "type"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    "required": ["type", "name", "fields"],
+    "additionalProperties": False,
+}
 # Per (dataclass, field): what the validator asks beyond the field's type.
 _FIELDS: dict[tuple[type, str], dict[str, Any]] = {
     (model.KafkaSource, "topics"): {
@@ -55,16 +100,17 @@ _FIELDS: dict[tuple[type, str], dict[str, Any]] = {
     (model.KafkaSource, "schema"): {
         "type": "string",
         "minLength": 1,
+        "format": "spark-ddl",
         "description": "Spark DDL of the values' columns, e.g. `id STRING, n INT`; for Avro"
         " values, derived from avro_schema (leave it out)",
     },
     (model.KafkaSource, "format"): {"enum": ["json", "avro"]},
-    (model.KafkaSource, "connection"): {"type": "string", "minLength": 1},
-    (model.PostgresSink, "connection"): {"type": "string", "minLength": 1},
-    (model.KafkaSink, "connection"): {"type": "string", "minLength": 1},
-    (model.FilesSink, "connection"): {"type": "string", "minLength": 1},
+    (model.KafkaSource, "connection"): _connection("kafka"),
+    (model.PostgresSink, "connection"): _connection("postgres"),
+    (model.KafkaSink, "connection"): _connection("kafka"),
+    (model.FilesSink, "connection"): _connection("files"),
     (model.KafkaSource, "avro_schema"): {
-        "type": ["string", "object", "null"],
+        "anyOf": [{"type": "string", "format": "avro-schema"}, AVRO_RECORD, {"type": "null"}],
         "description": "Avro only: the writers' record schema (JSON text or object)",
     },
     (model.KafkaSource, "avro_framing"): {"enum": list(FRAMINGS)},
@@ -73,7 +119,14 @@ _FIELDS: dict[tuple[type, str], dict[str, Any]] = {
             {"enum": ["earliest", "latest"]},
             {
                 "type": "object",
-                "properties": {"timestamp": {"type": ["string", "integer"]}},
+                "properties": {
+                    "timestamp": {
+                        "anyOf": [
+                            {"type": "string", "format": "date-time"},
+                            {"type": "integer", "minimum": 0, "maximum": 253402300799999},
+                        ]
+                    }
+                },
                 "required": ["timestamp"],
                 "additionalProperties": False,
             },
@@ -101,7 +154,11 @@ _FIELDS: dict[tuple[type, str], dict[str, Any]] = {
         "type": ["string", "null"],
         "pattern": f"^{_GROUP_ID.pattern}$",
     },
-    (model.Transform, "sql"): {**SQL, "description": "one Spark SQL query over the view source"},
+    (model.Transform, "sql"): {
+        **SQL,
+        "format": "spark-sql",
+        "description": "one Spark SQL query over the view source",
+    },
     (model.PostgresSink, "table"): {
         "type": "string",
         "pattern": "^{0}(\\.{0})?$".format(IDENTIFIER_RE.pattern.strip("^$")),
@@ -109,7 +166,7 @@ _FIELDS: dict[tuple[type, str], dict[str, Any]] = {
     (model.PostgresSink, "mode"): {"enum": ["append", "upsert"]},
     (model.PostgresSink, "key"): {
         "type": "array",
-        "items": {"type": "string", "pattern": IDENTIFIER_RE.pattern},
+        "items": COLUMN,
         "uniqueItems": True,
     },
     (model.KafkaSink, "topic"): TOPIC,
@@ -117,12 +174,12 @@ _FIELDS: dict[tuple[type, str], dict[str, Any]] = {
         "type": ["string", "null"],
         "pattern": TOPIC_RE.pattern,
     },
-    (model.KafkaSink, "key"): {"type": ["string", "null"], "minLength": 1},
-    (model.KafkaSink, "value"): {"type": ["string", "null"], "minLength": 1},
+    (model.KafkaSink, "key"): {"anyOf": [EXPRESSION, {"type": "null"}]},
+    (model.KafkaSink, "value"): {"anyOf": [EXPRESSION, {"type": "null"}]},
     (model.KafkaSink, "headers"): {
         "type": "object",
         "propertyNames": {"pattern": HEADER_NAME_RE.pattern, "not": {"pattern": "^[cC][pP]-"}},
-        "additionalProperties": SQL,
+        "additionalProperties": EXPRESSION,
     },
     (model.KafkaSink, "transaction_timeout_seconds"): {
         "type": "integer",
@@ -133,7 +190,11 @@ _FIELDS: dict[tuple[type, str], dict[str, Any]] = {
     (model.FilesSink, "format"): {"enum": ["parquet", "json", "avro"]},
     (model.FilesSink, "partition_by"): {
         "type": "array",
-        "items": {"type": "string", "pattern": PARTITION_COLUMN_RE.pattern},
+        "items": {
+            "type": "string",
+            "pattern": PARTITION_COLUMN_RE.pattern,
+            "format": "column-name",
+        },
         "maxItems": MAX_PARTITION_COLUMNS,
         "uniqueItems": True,
         "description": "output columns written as directories col=value/, in this order",
@@ -249,16 +310,55 @@ def _define(cls: type, defs: dict[str, Any]) -> None:
         "additionalProperties": False,
     }
     if cls is model.KafkaSource:
-        # `schema` is required, but for Avro values, whose columns come from avro_schema.
-        defs[name]["if"] = {"properties": {"format": {"const": "avro"}}, "required": ["format"]}
-        defs[name]["then"] = {
-            "required": ["avro_schema"],
-            "properties": {"avro_schema": {"type": ["string", "object"]}},
+        defs[name] = _variants(
+            defs[name],
+            # JSON values: a schema; no Avro settings (the canonical form spells them null).
+            json={
+                "format": {"const": "json", "default": "json"},
+                "avro_schema": {"type": "null", "default": None},
+                "avro_framing": {"const": "none", "default": "none"},
+            },
+            json_required=["schema"],
+            # Avro values: the writers' schema; `schema` is derived from it.
+            avro={
+                "format": {"const": "avro"},
+                "avro_schema": {
+                    "anyOf": [{"type": "string", "format": "avro-schema"}, AVRO_RECORD]
+                },
+            },
+            avro_required=["format", "avro_schema"],
+        )
+    if cls is model.PostgresSink:
+        # Append takes no key columns; upsert needs them.
+        defs[name] = _variants(
+            defs[name],
+            append={"mode": {"const": "append", "default": "append"}, "key": {"maxItems": 0}},
+            append_required=[],
+            upsert={"mode": {"const": "upsert"}, "key": {"minItems": 1}},
+            upsert_required=["mode", "key"],
+        )
+
+
+def _variants(base: dict[str, Any], **variants: Any) -> dict[str, Any]:
+    """`base` as a oneOf of variants, each with some properties narrowed (merged into the
+    base's) and more required: what the validator asks of a field depends on another's
+    value, which generators follow as separate shapes (not as if/then/else)."""
+    names = [k for k in variants if not k.endswith("_required")]
+    shapes = []
+    for variant in names:
+        properties = {
+            key: ({**base["properties"][key], **extra} if "const" not in extra else extra)
+            for key, extra in variants[variant].items()
         }
-        defs[name]["else"] = {
-            "required": ["schema"],
-            "properties": {"avro_schema": {"type": "null"}, "avro_framing": {"const": "none"}},
-        }
+        shapes.append(
+            {
+                **base,
+                "title": f"{base['title']} ({variant})",
+                "properties": {**base["properties"], **properties},
+                "required": sorted({*base["required"], *variants[f"{variant}_required"]}),
+            }
+        )
+    return {"title": base["title"], "description": base["description"], "oneOf": shapes}
 
 
 def spec_schema_parts(ref_prefix: str = "#/$defs/") -> tuple[dict[str, Any], dict[str, Any]]:

@@ -396,7 +396,9 @@ def _parse_avro(s: Section) -> tuple[str | None, str | None]:
         return avro_to_ddl(given)
     except AvroSchemaError as exc:
         s.error("avro_schema", str(exc))
-        return None, None
+    except DDLError as exc:  # e.g. fields whose names differ only in case: one Spark column
+        s.error("avro_schema", f"its fields do not make Spark columns: {exc}")
+    return None, None
 
 
 def _ddl_or_none(text: Any) -> str | None:
