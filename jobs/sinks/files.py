@@ -202,7 +202,9 @@ class FileSink:
         when the next roll falls due (None: nothing staged)."""
         with self.lock:
             self._finish_plans()
-            pending = self.pending()
+            # One listing of the queries and their markers per roll, for pending and prune.
+            markers = {query: self._read_markers(query) for query in self._queries()}
+            pending = self.pending(markers)
             policy = dataclasses.replace(
                 self.policy, target_bytes=round(self.policy.target_bytes / self.ratio)
             )
@@ -215,28 +217,26 @@ class FileSink:
                     self.ratio = 0.5 * self.ratio + 0.5 * measured
                 for staged in roll.inputs:
                     pending[roll.partition].remove(staged)
-            self._prune(
-                {
-                    (s.path.split("/")[1], int(s.path.split("/")[2]))
-                    for files in pending.values()
-                    for s in files
-                }
-            )
+            self._prune(markers, {_owner(s.path) for files in pending.values() for s in files})
             return next_check(pending, self.policy, now)
 
-    def pending(self) -> dict[str, list[Staged]]:
-        """Every committed batch's staged files, by partition directory ("" for none)."""
+    def pending(
+        self, markers: dict[str, dict[int, dict[str, Any]]] | None = None
+    ) -> dict[str, list[Staged]]:
+        """Every committed batch's staged files, by partition directory ("" for none);
+        `markers`: each query's markers, when just read."""
+        if markers is None:
+            markers = {query: self._read_markers(query) for query in self._queries()}
         out: dict[str, list[Staged]] = {}
-        for query in self._queries():
-            markers = self._read_markers(query)
-            if not markers:
+        for query, found in markers.items():
+            if not found:
                 continue
             for line in self.jfs.listFiles(self.path(STAGING, query), self.conf):
                 relative, size = line.rsplit("\t", 1)
                 batch, _, rest = relative.partition("/")
-                if not batch.isdigit() or int(batch) not in markers:
+                if not batch.isdigit() or int(batch) not in found:
                     continue  # a batch being written (or killed before its marker)
-                marker = markers[int(batch)]
+                marker = found[int(batch)]
                 partition = rest.rpartition("/")[0]
                 out.setdefault(partition, []).append(
                     Staged(
@@ -296,7 +296,7 @@ class FileSink:
     def _plan_for(self, roll: Roll, seq: int) -> dict[str, Any]:
         fmt = key_format(roll.inputs[0].schema)
         name = f"part-{seq:08d}.{EXTENSIONS[fmt]}"
-        planned = {
+        return {
             "seq": seq,
             "partition": roll.partition,
             "output": f"{roll.partition}/{name}" if roll.partition else name,
@@ -305,7 +305,6 @@ class FileSink:
             "reason": roll.reason,
             "format": fmt,
         }
-        return planned
 
     def _finish_plans(self) -> None:
         names = sorted(
@@ -373,12 +372,13 @@ class FileSink:
             array[i] = value
         return array
 
-    def _prune(self, busy: set[tuple[str, int]]) -> None:
+    def _prune(
+        self, by_query: dict[str, dict[int, dict[str, Any]]], busy: set[tuple[str, int]]
+    ) -> None:
         """Deletes the staging directories and markers of batches that have nothing left to
         roll, but the current query's last RETAIN_MARKERS (a replay is checked against them);
         and the directories of other queries' batches that never committed."""
-        for query in self._queries():
-            markers = self._read_markers(query)
+        for query, markers in by_query.items():
             last = max(markers, default=-1)
             for batch in sorted(markers):
                 if (query, batch) in busy:
@@ -392,6 +392,12 @@ class FileSink:
                 for name in self.jfs.children(self.path(STAGING, query), self.conf):
                     if name.isdigit() and int(name) not in markers:
                         self.jfs.delete(self.path(STAGING, query, name), True, self.conf)
+
+
+def _owner(path: str) -> tuple[str, int]:
+    """(query, batch) of a staged file's path, _cp_staging/<query>/<batch>/..."""
+    _, query, batch = path.split("/", 3)[:3]
+    return query, int(batch)
 
 
 def observed(observation) -> int | None:
