@@ -61,8 +61,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.throughput import (  # noqa: E402
-    SCHEMA,
+    bench_config,
     bench_session,
+    bench_source,
     delete_topics,
     machine,
     timed_drain,
@@ -77,7 +78,6 @@ from jobs.pipeline import (  # noqa: E402
     start_query,
 )
 from jobs.sinks.kafka import KEY, VALUE  # noqa: E402
-from jobs.spec import parse_spec  # noqa: E402
 
 TARGETS = {"kafka_exactly_once_to_at_least_once": 0.7, "files_rolling_to_plain": 0.8}
 # files_rolling's median finished file / the target size: within 20%.
@@ -99,37 +99,18 @@ def create_topic(bootstrap: str, partitions: int) -> str:
 
 
 def config_for(topic, out, dead, bootstrap, workdir: Path, per_batch: int) -> RunConfig:
-    spec = parse_spec(
-        {
-            "source": {
-                "connection": "k",
-                "topics": [topic],
-                "schema": SCHEMA,
-                "starting_offsets": "earliest",
-                "max_records_per_batch": per_batch,
-                "reader": "spark-kafka",
-            },
-            "sink": {
-                "kind": "kafka",
-                "connection": "k",
-                "topic": out,
-                "dead_letter_topic": dead,
-                "key": "delivery_id",
-            },
-        }
-    )
-    run_dir = workdir / "run"
-    run_dir.mkdir(parents=True, exist_ok=True)
+    spec = {
+        "source": bench_source(topic, per_batch),
+        "sink": {
+            "kind": "kafka",
+            "connection": "k",
+            "topic": out,
+            "dead_letter_topic": dead,
+            "key": "delivery_id",
+        },
+    }
     client = {"bootstrap_servers": [bootstrap]}
-    return RunConfig(
-        pipeline=f"bench-{uuid.uuid4().hex[:6]}",
-        spec=spec,
-        kafka=client,
-        postgres={},
-        checkpoint=str(workdir / "checkpoint"),
-        run_dir=str(run_dir),
-        sink_kafka=client,
-    )
+    return bench_config(spec, workdir, bootstrap, "bench", sink_kafka=client)
 
 
 def exactly_once(spark, config: RunConfig) -> dict:
@@ -196,41 +177,23 @@ def files_config(
     trigger_seconds: float = 0,
     bootstrap: str,
 ) -> RunConfig:
-    spec = parse_spec(
-        {
-            "source": {
-                "connection": "k",
-                "topics": [topic],
-                "schema": SCHEMA,
-                "starting_offsets": "earliest",
-                "max_records_per_batch": per_batch,
-                "reader": "spark-kafka",
-            },
-            "sink": {
-                "kind": "files",
-                "connection": "lake",
-                "path": "rolling",
-                "format": "parquet",
-                "partition_by": list(partition_by),
-                "target_file_mb": target_mb,
-                "max_file_age_seconds": 86400,
-                "inactivity_seconds": 86400,
-            },
-            "trigger": {"interval_seconds": trigger_seconds},
-        }
-    )
-    run_dir = workdir / "run"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (workdir / "lake").mkdir(exist_ok=True)
-    return RunConfig(
-        pipeline=f"bench-{uuid.uuid4().hex[:6]}",
-        spec=spec,
-        kafka={"bootstrap_servers": [bootstrap]},
-        postgres={},
-        checkpoint=str(workdir / "checkpoint"),
-        run_dir=str(run_dir),
-        sink_configs=({"files": {"root": (workdir / "lake").as_uri()}},),
-    )
+    spec = {
+        "source": bench_source(topic, per_batch),
+        "sink": {
+            "kind": "files",
+            "connection": "lake",
+            "path": "rolling",
+            "format": "parquet",
+            "partition_by": list(partition_by),
+            "target_file_mb": target_mb,
+            "max_file_age_seconds": 86400,
+            "inactivity_seconds": 86400,
+        },
+        "trigger": {"interval_seconds": trigger_seconds},
+    }
+    (workdir / "lake").mkdir(parents=True, exist_ok=True)
+    lake = {"files": {"root": (workdir / "lake").as_uri()}}
+    return bench_config(spec, workdir, bootstrap, "bench", sink_configs=(lake,))
 
 
 def rolling_sink(spark, config: RunConfig):

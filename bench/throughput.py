@@ -350,35 +350,47 @@ def config_for(
     mode: str = "append",
     key: tuple[str, ...] = (),
 ) -> RunConfig:
-    spec = parse_spec(
-        {
-            "source": {
-                "connection": "k",
-                "topics": [topic],
-                "schema": SCHEMA,
-                "starting_offsets": "earliest",
-                "max_records_per_batch": per_batch,
-                "reader": reader,
-                "min_partitions": min_partitions,
-            },
-            "transform": {"sql": transform} if transform else None,
-            "sink": {
-                "connection": "pg",
-                "table": f"{table_prefix}_{uuid.uuid4().hex[:8]}",
-                "mode": mode,
-                "key": list(key),
-            },
-        }
-    )
+    spec = {
+        "source": bench_source(topic, per_batch, reader, min_partitions),
+        "transform": {"sql": transform} if transform else None,
+        "sink": {
+            "connection": "pg",
+            "table": f"{table_prefix}_{uuid.uuid4().hex[:8]}",
+            "mode": mode,
+            "key": list(key),
+        },
+    }
+    return bench_config(spec, workdir, bootstrap, table_prefix, postgres={"conninfo": sink_dsn})
+
+
+def bench_source(
+    topic: str, per_batch: int, reader: str = SPARK_KAFKA, min_partitions: int | None = None
+) -> dict:
+    """The benches' source: SCHEMA's JSON events of `topic` from its start."""
+    return {
+        "connection": "k",
+        "topics": [topic],
+        "schema": SCHEMA,
+        "starting_offsets": "earliest",
+        "max_records_per_batch": per_batch,
+        "reader": reader,
+        "min_partitions": min_partitions,
+    }
+
+
+def bench_config(spec: dict, workdir: Path, bootstrap: str, prefix: str, **extra) -> RunConfig:
+    """A run configuration of `spec` with its checkpoint and run directory in `workdir`,
+    a pipeline named `prefix`-<random>; `extra`: RunConfig's other fields."""
     run_dir = workdir / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     return RunConfig(
-        pipeline=f"{table_prefix}-{uuid.uuid4().hex[:6]}",
-        spec=spec,
+        pipeline=f"{prefix}-{uuid.uuid4().hex[:6]}",
+        spec=parse_spec(spec),
         kafka={"bootstrap_servers": [bootstrap]},
-        postgres={"conninfo": sink_dsn},
+        postgres=extra.pop("postgres", {}),
         checkpoint=str(workdir / "checkpoint"),
         run_dir=str(run_dir),
+        **extra,
     )
 
 
