@@ -22,6 +22,25 @@ StartingOffsets = Literal["earliest", "latest"] | dict[str, dict[str, int]] | di
 
 
 @dataclass(frozen=True)
+class Watermark:
+    """Event time: how late a record may come, by a timestamp column of the source schema.
+    Stateful operators (windows, deduplication) finish a group and drop its state once the
+    watermark (the latest event time seen, minus the delay) has passed it; a record older
+    than the watermark is dropped and counted (numRowsDroppedByWatermark)."""
+
+    column: str
+    delay_seconds: float
+
+
+@dataclass(frozen=True)
+class Deduplicate:
+    """Records with the same key are passed on once (Spark's dropDuplicatesWithinWatermark):
+    a key is remembered until the watermark passes its first record's event time."""
+
+    key: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class KafkaSource:
     """Records from Kafka topics, parsed from JSON with a Spark DDL schema."""
 
@@ -56,6 +75,10 @@ class KafkaSource:
     # so that existing lag tools (Burrow, kafka-consumer-groups, exporters) see the job.
     # Best-effort: the checkpoint stays the source of truth (jobs.kafka.group_commit).
     consumer_group: str | None = None
+    # Event time for stateful pipelines (windows, deduplication); None: no watermark.
+    watermark: Watermark | None = None
+    # Drop records whose key was seen within the watermark, before the transform.
+    deduplicate: Deduplicate | None = None
     kind: Literal["kafka"] = "kafka"
 
 
@@ -68,11 +91,22 @@ def starting_timestamp_ms(starting: StartingOffsets) -> int | None:
     return None
 
 
+OutputMode = Literal["append", "update"]
+
+
 @dataclass(frozen=True)
 class Transform:
-    """Spark SQL over a temporary view named `source`."""
+    """Spark SQL over a temporary view named `source`.
+
+    Without an output mode (and without a watermark or deduplication), the SQL runs over each
+    micro-batch on its own: an aggregate counts within the batch. With one, it runs over the
+    stream, its aggregates kept in the state store across batches: `append` writes each
+    group once, when the watermark has finished it (a window's final count); `update` writes
+    a group's new value after every batch that changed it (a running count, for an upsert).
+    """
 
     sql: str
+    output_mode: OutputMode | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +201,11 @@ class NoRestart:
 
 RestartPolicy = FixedDelay | FailureRate | ExponentialDelay | NoRestart
 
+# Where a stateful pipeline keeps its state: RocksDB on the executors' disks, committed with
+# changelog checkpointing (only the changes of each batch are uploaded), or Spark's default
+# ("hdfs": every key in the executors' memory, delta files and snapshots in the checkpoint).
+StateStore = Literal["rocksdb", "hdfs"]
+
 
 @dataclass(frozen=True)
 class PipelineSpec:
@@ -179,6 +218,25 @@ class PipelineSpec:
     # Several sinks, each written exactly once with markers of its own (`sinks: [...]`);
     # empty when the spec has the one-sink form (`sink`).
     sinks: tuple[Sink, ...] = ()
+    # Stateful pipelines only; None: "rocksdb".
+    state_store: StateStore | None = None
+
+    @property
+    def stateful(self) -> bool:
+        """Whether the transform runs over the stream with state kept across batches (a
+        watermark, deduplication or an output mode), rather than over each batch alone."""
+        return bool(
+            self.source.watermark
+            or self.source.deduplicate
+            or (self.transform and self.transform.output_mode)
+        )
+
+    @property
+    def output_mode(self) -> OutputMode | None:
+        """Spark's output mode of a stateful pipeline (append unless the transform says)."""
+        if not self.stateful:
+            return None
+        return (self.transform and self.transform.output_mode) or "append"
 
     def all_sinks(self) -> tuple[Sink, ...]:
         return self.sinks or (self.sink,)

@@ -560,6 +560,25 @@ def _check_calls(sql: str, source_view: str) -> None:
         stack.extend(node.iter_expressions())
 
 
+def parse_query(sql: str) -> exp.Expr:
+    """The one query of SQL that check_transform_sql accepted, each call's name as written
+    (see call_name)."""
+    tokens = _DIALECT.tokenize(sql)
+    _treat_keyword_calls_as_functions(tokens)
+    parser = _CallParser(error_level=ErrorLevel.RAISE, dialect=_DIALECT)
+    statements = [s for s in parser.parse(tokens, sql) if s is not None]
+    if len(statements) != 1:
+        raise SQLError("transform SQL must be a single query")
+    return statements[0]
+
+
+def call_name(node: exp.Expr) -> str | None:
+    """The name of a call (lower case) as written, in a tree from parse_query; None for
+    anything else."""
+    call = node.meta.get(_CALL)
+    return call.token.text.lower() if isinstance(call, _Call) else None
+
+
 def _check_call(sql: str, node: exp.Expr, source_view: str) -> None:
     call = node.meta.get(_CALL)
     if isinstance(node, exp.QueryTransform):

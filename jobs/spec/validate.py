@@ -16,6 +16,7 @@ from typing import Any
 from .avro import FRAMINGS, AvroSchemaError, avro_to_ddl
 from .ddl import ArrayType, DDLError, MapType, StructType, parse_schema, to_ddl
 from .model import (
+    Deduplicate,
     ExponentialDelay,
     FailureRate,
     FilesSink,
@@ -27,8 +28,10 @@ from .model import (
     PostgresSink,
     Transform,
     Trigger,
+    Watermark,
 )
 from .sql import SQLError, check_expression, check_transform_sql
+from .streaming import stream_shape
 
 # Postgres identifiers we create and quote ourselves: lower case, no quoting surprises, < 64 bytes.
 IDENTIFIER_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -207,17 +210,128 @@ def parse_spec(
         sink = _parse_sink(errors, top.get("sink"), connections, source, transform)
     trigger = _parse_trigger(errors, top.get("trigger", {}))
     policy = parse_restart_policy(top.get("restart_policy", {"kind": "exponential-delay"}), errors)
+    state_store = top.string("state_store", None, choices=STATE_STORES)
     if errors:
         raise SpecError(errors)
     assert source and sink and trigger and policy
-    return PipelineSpec(
+    spec = PipelineSpec(
         source=source,
         transform=transform,
         sink=sink,
         sinks=sinks,
         trigger=trigger,
         restart_policy=policy,
+        state_store=state_store,
     )
+    _check_stateful(errors, spec)
+    if errors:
+        raise SpecError(errors)
+    return spec
+
+
+STATE_STORES = ("rocksdb", "hdfs")
+OUTPUT_MODES = ("append", "update")
+
+
+def _check_stateful(errors: list[FieldError], spec: PipelineSpec) -> None:
+    """What Spark would refuse when a stateful pipeline starts, or run with state that grows
+    without bound (jobs.spec.streaming), and sinks that cannot take its output mode."""
+    if not spec.stateful:
+        if spec.state_store is not None:
+            errors.append(
+                FieldError(
+                    "state_store",
+                    "applies to stateful pipelines only (source.watermark, "
+                    "source.deduplicate or transform.output_mode)",
+                )
+            )
+        return
+    watermark = spec.source.watermark
+    mode = spec.output_mode
+    shape = None
+    if spec.transform is not None:
+        try:
+            shape = stream_shape(spec.transform.sql, watermark.column if watermark else None)
+        except SQLError as exc:
+            errors.append(FieldError("transform.sql", str(exc)))
+            return
+    if shape is not None and shape.aggregates:
+        if watermark is None:
+            why = (
+                "append writes each group once, when the watermark finishes it: without a "
+                "watermark Spark refuses the query"
+                if mode == "append"
+                else "without one the aggregation's state grows without bound (no group "
+                "is ever finished)"
+            )
+            errors.append(FieldError("source.watermark", f"is required for an aggregation: {why}"))
+        elif shape.time_grouped is False:
+            errors.append(
+                FieldError(
+                    "transform.sql",
+                    "the aggregation does not group by event time, so the watermark never "
+                    "finishes a group: its state grows without bound"
+                    + (" and append mode never writes it" if mode == "append" else "")
+                    + f"; GROUP BY window({watermark.column}, '5 minutes') (or "
+                    f"session_window, or {watermark.column} itself) with the other keys",
+                )
+            )
+    for i, sink in enumerate(spec.all_sinks()):
+        path = f"sinks[{i}]" if spec.sinks else "sink"
+        if mode == "update":
+            _check_update_sink(errors, sink, path, shape)
+
+
+def _check_update_sink(errors: list[FieldError], sink, path: str, shape) -> None:
+    """A sink of update output: every batch rewrites the groups it changed."""
+    if sink.kind == "files":
+        errors.append(
+            FieldError(
+                f"{path}.kind",
+                "a files sink takes append output only (a finished file is never changed): "
+                "use transform.output_mode append, or a postgres sink in upsert mode",
+            )
+        )
+    elif sink.kind == "kafka" and sink.key is None:
+        errors.append(
+            FieldError(
+                f"{path}.key",
+                "is required with update output: each batch writes a group's new value, keyed "
+                "by the group (a compacted topic then keeps the latest)",
+            )
+        )
+    elif sink.kind == "postgres" and sink.mode != "upsert":
+        errors.append(
+            FieldError(
+                f"{path}.mode",
+                "must be upsert with update output (each batch rewrites the groups it "
+                "changed): key = the group's columns",
+            )
+        )
+    elif sink.kind == "postgres" and shape is not None and shape.key_columns is not None:
+        keys = shape.key_columns
+        for j, column in enumerate(sink.key):
+            if column.lower() not in keys:
+                group = ", ".join(shape.group_items)
+                errors.append(
+                    FieldError(
+                        f"{path}.key[{j}]",
+                        f"column {column!r} is not a GROUP BY column ({group}): an upsert "
+                        "of update output is keyed by the group",
+                    )
+                )
+        covered = {keys[c.lower()] for c in sink.key if c.lower() in keys}
+        for item, text in enumerate(shape.group_items):
+            if item not in covered:
+                named = [c for c, i in keys.items() if i == item]
+                hint = f" (output column {named[0]!r})" if named else ""
+                errors.append(
+                    FieldError(
+                        f"{path}.key",
+                        f"misses the GROUP BY item {text}{hint}: groups that differ only "
+                        "there would overwrite each other",
+                    )
+                )
 
 
 MAX_SINKS = 8
@@ -365,6 +479,7 @@ def _parse_source(
             "consumer_group",
             f"must be 1-249 characters of letters, digits, '.', '_' and '-'; got {group!r}",
         )
+    watermark, deduplicate = _parse_event_time(s, schema if s.ok else None)
     if not s.ok:
         return None
     return KafkaSource(
@@ -380,7 +495,68 @@ def _parse_source(
         reader=reader,
         min_partitions=min_partitions,
         consumer_group=group,
+        watermark=watermark,
+        deduplicate=deduplicate,
     )
+
+
+# Spark's event time is a TIMESTAMP (from_json reads ISO 8601 text and epoch seconds into it).
+EVENT_TIME_TYPES = ("timestamp",)
+
+
+def _parse_event_time(s: Section, schema: str | None) -> tuple[Any, Any]:
+    """source.watermark and source.deduplicate, checked against the source schema."""
+    columns = {}
+    if schema is not None:
+        columns = {f.name.lower(): f for f in parse_schema(schema).fields}
+    watermark = None
+    data = s.get("watermark", None)
+    if data is not None:
+        w = Section(s.errors, s.at("watermark"), data, _names(Watermark))
+        column = w.string("column")
+        delay = w.number("delay_seconds", maximum=MAX_DELAY_SECONDS)
+        field = columns.get(column.lower()) if column else None
+        if column is not None and columns and field is None:
+            w.error("column", f"column {column!r} is not in the source schema")
+        elif field is not None and field.type.name not in EVENT_TIME_TYPES:
+            w.error(
+                "column",
+                f"column {column!r} is {field.type.name.upper()}: event time must be a "
+                "TIMESTAMP column of the source schema",
+            )
+        if w.ok:
+            watermark = Watermark(column=field.name if field else column, delay_seconds=delay)
+        else:
+            s.ok = False
+    deduplicate = None
+    data = s.get("deduplicate", None)
+    if data is not None:
+        d = Section(s.errors, s.at("deduplicate"), data, _names(Deduplicate))
+        key = d.get("key")
+        if isinstance(key, str):
+            key = [key]
+        if key is not None and (not isinstance(key, list) or not key):
+            d.error("key", "must be a non-empty list of source columns")
+            key = None
+        for i, column in enumerate(key or []):
+            if not isinstance(column, str):
+                d.error(f"key[{i}]", f"must be a column name, got {column!r}")
+            elif columns and column.lower() not in columns:
+                d.error(f"key[{i}]", f"column {column!r} is not in the source schema")
+        if key and len({str(c).lower() for c in key}) != len(key):
+            d.error("key", "lists a column twice")
+        if s.data.get("watermark") is None:
+            d.error(
+                "",
+                "needs source.watermark: a key is remembered until the watermark passes "
+                "its first record (without one, every key would be kept forever)",
+            )
+        if d.ok:
+            named = [columns[c.lower()].name if columns else c for c in key]
+            deduplicate = Deduplicate(key=tuple(named))
+        else:
+            s.ok = False
+    return watermark, deduplicate
 
 
 _GROUP_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -522,7 +698,16 @@ def _parse_transform(
         return None
     s = Section(errors, "transform", data, _names(Transform))
     sql = s.string("sql")
-    if sql is None:
+    mode = s.get("output_mode", None)
+    if mode == "complete":
+        s.error(
+            "output_mode",
+            "complete is not supported: it keeps every group forever and rewrites all of "
+            "them each batch; use update (with an upsert) or append",
+        )
+    elif mode is not None:
+        mode = s.string("output_mode", None, choices=OUTPUT_MODES)
+    if sql is None or not s.ok:
         return None
     columns = None
     if source is not None:
@@ -532,7 +717,7 @@ def _parse_transform(
     except SQLError as exc:
         s.error("sql", str(exc))
         return None
-    return Transform(sql=sql.strip())
+    return Transform(sql=sql.strip(), output_mode=mode)
 
 
 SINK_KINDS = ("postgres", "kafka", "files")
