@@ -11,6 +11,7 @@ Plain Python: no Django.
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
 from typing import Any, Literal
@@ -28,8 +29,10 @@ from .validate import (
     MAX_SINKS,
     MAX_TARGET_FILE_MB,
     MAX_TRANSACTION_TIMEOUT_SECONDS,
+    OUTPUT_MODES,
     PARTITION_COLUMN_RE,
     READERS,
+    STATE_STORES,
     TOPIC_RE,
 )
 
@@ -47,8 +50,11 @@ SQL = {"type": "string", "minLength": 1}
 # String formats (annotations: validators ignore them) that say what a string holds, so that
 # client generators and fuzzers can produce values parse_spec accepts (tests/api/test_fuzz.py
 # gives schemathesis a strategy for each): a Spark DDL schema, one Spark SQL query, one SQL
-# expression, an Avro schema as JSON text, the name of a connection of a kind, an output column.
+# expression, an Avro schema as JSON text, the name of a connection of a kind, an output column,
+# a column of the source schema, a TIMESTAMP column of it (event time).
 EXPRESSION = {**SQL, "format": "spark-sql-expression"}
+# A column of the source schema (its DDL may name columns in any case: matched ignoring it).
+SOURCE_COLUMN = {"type": "string", "minLength": 1, "pattern": "\\S", "format": "source-column"}
 
 
 def _connection(kind: str) -> dict[str, Any]:
@@ -159,6 +165,34 @@ _FIELDS: dict[tuple[type, str], dict[str, Any]] = {
         "format": "spark-sql",
         "description": "one Spark SQL query over the view source",
     },
+    (model.Transform, "output_mode"): {
+        "enum": [*OUTPUT_MODES, None],
+        "description": "null: the SQL runs over each micro-batch alone; append: over the "
+        "stream, each group written once when the watermark finishes it (a window's final "
+        "value); update: over the stream, a group written again after every batch that "
+        "changed it (a running value: a postgres upsert keyed by the group, or a kafka sink "
+        "with a key). complete is not supported",
+    },
+    (model.Watermark, "column"): {
+        **SOURCE_COLUMN,
+        "format": "event-time-column",
+        "description": "a TIMESTAMP column of the source schema: the records' event time",
+    },
+    (model.Watermark, "delay_seconds"): {
+        "type": "number",
+        "minimum": 0,
+        "maximum": MAX_DELAY_SECONDS,
+        "description": "how late a record may come: the watermark is the latest event time "
+        "seen minus this; older records are dropped (and counted)",
+    },
+    (model.Deduplicate, "key"): {
+        "type": "array",
+        "items": SOURCE_COLUMN,
+        "minItems": 1,
+        "uniqueItems": True,
+        "description": "columns of the source schema: a record whose key was seen within the "
+        "watermark is dropped",
+    },
     (model.PostgresSink, "table"): {
         "type": "string",
         "pattern": "^{0}(\\.{0})?$".format(IDENTIFIER_RE.pattern.strip("^$")),
@@ -228,6 +262,20 @@ _FIELDS: dict[tuple[type, str], dict[str, Any]] = {
     (model.ExponentialDelay, "jitter"): {"type": "number", "minimum": 0, "maximum": 1},
     (model.ExponentialDelay, "reset_after_seconds"): {"type": "number", "exclusiveMinimum": 0},
     (model.ExponentialDelay, "max_attempts"): {"type": ["integer", "null"], "minimum": 1},
+    (model.PipelineSpec, "state_store"): {
+        "enum": [*STATE_STORES, None],
+        "description": "where a stateful pipeline (source.watermark, source.deduplicate or "
+        "transform.output_mode) keeps its state; null: rocksdb (RocksDB on the executors' disks, "
+        "changelog checkpointing); hdfs: Spark's default (every key in memory). Stateful "
+        "pipelines only; a checkpoint keeps the store it started with",
+    },
+}
+# Descriptions of fields whose schema is derived from their type (a reference to a part).
+_DESCRIPTIONS: dict[tuple[type, str], str] = {
+    (model.KafkaSource, "watermark"): "event time, for stateful pipelines (windows, "
+    "deduplication): an aggregation over the stream needs it; null: none",
+    (model.KafkaSource, "deduplicate"): "drop records whose key was seen within the watermark, "
+    "before the transform (needs watermark); null: none",
 }
 _DELAY = {"type": "number", "minimum": 0, "maximum": MAX_DELAY_SECONDS}
 for _policy in (model.FixedDelay, model.FailureRate):
@@ -238,6 +286,11 @@ _OPTIONAL = {(model.KafkaSource, "schema"), (model.PipelineSpec, "sink")}
 
 def _title(cls: type) -> str:
     return cls.__name__
+
+
+def _nullable(schema: dict[str, Any]) -> bool:
+    """Whether the schema takes null (a null type or an enum with null; not its prose)."""
+    return "null" in json.dumps({k: v for k, v in schema.items() if k != "description"})
 
 
 _REF = "#/$defs/"  # where references point (spec_schema_parts sets another prefix)
@@ -287,7 +340,7 @@ def _define(cls: type, defs: dict[str, Any]) -> None:
     for f in dataclasses.fields(cls):
         schema = dict(_FIELDS.get((cls, f.name)) or _type_schema(hints[f.name], defs))
         if f.default is not dataclasses.MISSING:
-            if f.default is not None or "null" in str(schema):
+            if f.default is not None or _nullable(schema):
                 schema["default"] = f.default
         elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
             value = f.default_factory()  # type: ignore[misc]
@@ -295,6 +348,8 @@ def _define(cls: type, defs: dict[str, Any]) -> None:
                 schema["default"] = value
         elif (cls, f.name) not in _OPTIONAL:
             required.append(f.name)
+        if (cls, f.name) in _DESCRIPTIONS:
+            schema["description"] = _DESCRIPTIONS[(cls, f.name)]
         properties[f.name] = schema
     if "kind" in properties:
         kind = typing.get_args(hints["kind"])[0]
@@ -304,7 +359,7 @@ def _define(cls: type, defs: dict[str, Any]) -> None:
     defs[name] = {
         "type": "object",
         "title": name,
-        "description": (cls.__doc__ or "").strip().split("\n\n")[0],
+        "description": " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split()),
         "properties": properties,
         "required": required,
         "additionalProperties": False,

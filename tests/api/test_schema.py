@@ -64,7 +64,45 @@ def spec_examples() -> list[dict]:
             },
         }
     )
+    examples.extend(stateful_examples())
     return examples + [parse_spec(e).to_dict() for e in examples]
+
+
+def stateful_examples() -> list[dict]:
+    """Stateful specs: a watermark, deduplication, both output modes, both state stores."""
+    from tests.factories import valid_spec
+
+    source = {**valid_spec()["source"], "watermark": {"column": "ts", "delay_seconds": 60}}
+    window = (
+        "SELECT window.start AS window_start, window.end AS window_end, id, count(*) AS n "
+        "FROM source GROUP BY window(ts, '5 minutes'), id"
+    )
+    upsert = {"connection": "warehouse", "table": "counts", "mode": "upsert"}
+    return [
+        {
+            **valid_spec(),
+            "source": source,
+            "transform": {"sql": window},
+            "sink": {"connection": "warehouse", "table": "counts"},
+        },
+        {
+            **valid_spec(),
+            "source": source,
+            "transform": {"sql": window, "output_mode": "update"},
+            "sink": {**upsert, "key": ["window_start", "window_end", "id"]},
+            "state_store": "hdfs",
+        },
+        {
+            **valid_spec(),
+            "source": {
+                **source,
+                "deduplicate": {"key": ["id"]},
+                "watermark": {"column": "ts", "delay_seconds": 0},
+            },
+            "transform": {"sql": "SELECT * FROM source", "output_mode": "append"},
+            "state_store": "rocksdb",
+        },
+    ]
 
 
 def openapi_spec_validator(api):
@@ -92,6 +130,8 @@ def test_the_openapi_document_describes_the_whole_spec_as_json_schema(api):
         "SpecKafkaSink",
         "SpecFilesSink",
         "SpecFailureRate",
+        "SpecWatermark",
+        "SpecDeduplicate",
     ):
         assert name in document["components"]["schemas"]
     for example in spec_examples():
@@ -133,6 +173,27 @@ def test_what_the_schema_refuses_the_validator_refuses_too(api):
                 {"path": "x", "table": "t"},
             )
         ],
+        *[
+            {**valid_spec(), "source": {**valid_spec()["source"], **fields}}
+            for fields in (
+                {"watermark": {"column": "ts"}},  # no delay
+                {"watermark": {"column": "", "delay_seconds": 1}},
+                {"watermark": {"column": "ts", "delay_seconds": -1}},
+                {"watermark": {"column": "ts", "delay_seconds": 604801}},
+                {"watermark": {"column": "ts", "delay_seconds": 1, "late": True}},
+                {"watermark": "ts"},
+                {
+                    "watermark": {"column": "ts", "delay_seconds": 1},
+                    "deduplicate": {"key": []},
+                },
+                {
+                    "watermark": {"column": "ts", "delay_seconds": 1},
+                    "deduplicate": {"key": ["id", "id"]},
+                },
+            )
+        ],
+        {**valid_spec(), "transform": {"sql": "SELECT * FROM source", "output_mode": "complete"}},
+        {**valid_spec(), "state_store": "memory"},
     ]
     for spec in bad:
         assert list(validator.iter_errors(spec)), spec
