@@ -127,6 +127,20 @@ def _batch_files(directory: Path) -> dict[int, Path]:
     return {int(p.name): p for p in directory.iterdir() if p.name.isdigit()}
 
 
+def planned_conf(root: str | Path) -> dict[str, str]:
+    """The Spark settings the checkpoint's last batch was planned with (its offset log entry
+    keeps those a restarted query must go on with: the state store provider, the shuffle
+    partitions...); empty before the first batch."""
+    batches = _batch_files(Path(root) / "offsets")
+    if not batches:
+        return {}
+    try:
+        lines = batches[max(batches)].read_text().splitlines()
+        return dict(json.loads(lines[1]).get("conf") or {}) if len(lines) > 1 else {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
 def _batch(n: int, offsets_file: Path, commit_file: Path | None) -> CheckpointBatch:
     offsets: dict = {}
     try:

@@ -274,7 +274,11 @@ class BatchWriter:
         self.parse_error = parse_error(spec.source)
         from .spec.ddl import parse_schema
 
+        # The columns of the parsed records, and the transform run over each batch. For a
+        # stateful pipeline the transform runs over the stream before the batch (see
+        # stateful_frame): there the columns are its output's, and there is none left here.
         self.columns = [f.name for f in parse_schema(spec.source.schema).fields]
+        self.transform = None if spec.stateful else spec.transform
 
     def _sink(self):
         sink = self.config.spec.all_sinks()[self.index]
@@ -285,6 +289,14 @@ class BatchWriter:
             mode=sink.mode,
             key=sink.key,
         )
+
+    def skip(self, parsed, batch_id: int, done: str) -> None:
+        """A replayed batch the sink has: nothing is written. A stateful pipeline's batch still
+        runs, its output dropped: its state store versions must be committed (Spark checks
+        that every partition of every stateful operator committed the batch)."""
+        log.info("batch %s was %s before (a replay): skipped", batch_id, done)
+        if self.config.spec.stateful:
+            parsed.write.format("noop").mode("overwrite").save()
 
     def one_pass_columns(self) -> list:
         """A flag, the raw record only where it did not parse (the dead letter), and the
@@ -311,7 +323,7 @@ class BatchWriter:
             self.sink.stream_id = stream_id(self.config.checkpoint) + marker_scope(
                 self.config.spec, self.index
             )
-        transform = self.config.spec.transform
+        transform = self.transform
         if not self.tables_ready:
             _, out = self.output(parsed, batch_id)
             self.sink.ensure_tables(
@@ -321,7 +333,7 @@ class BatchWriter:
             self.jvm = JvmWriter.create(parsed.sparkSession, self.sink)
             self.tables_ready = True
         if self.sink.committed(batch_id):
-            log.info("batch %s was committed before (a replay): skipped", batch_id)
+            self.skip(parsed, batch_id, "committed")
             return
         # With the JVM writer: the records that parsed, through the transform if any, in one
         # pass, unless the last batch had records that did not: those go on with the paths
@@ -347,13 +359,13 @@ class BatchWriter:
         Each DataFrame step is analysed at once, at a few milliseconds a step, and a batch of
         200 rows takes ~150 ms in all: so as few steps as can be, their columns built once."""
         columns, count, good, named = self._observed_parts()
-        if not self.config.spec.transform:
+        if not self.transform:
             return None, parsed.select(*columns)
         name = f"cp_unparsed_{batch_id}"
         parsed.select(*columns).observe(name, count).where(good).select(
             *named
         ).createOrReplaceTempView("source")
-        return name, parsed.sparkSession.sql(self.config.spec.transform.sql)
+        return name, parsed.sparkSession.sql(self.transform.sql)
 
     def _observed_parts(self) -> tuple:
         """(columns with the flag BAD, the count of BAD rows, the good-row condition, the
@@ -504,7 +516,7 @@ class BatchWriter:
             dead = self._dead_letters(batch)
             good = batch.where(~F.col(BAD)).select(*[F.col(f"`{c}`") for c in self.columns])
             good.createOrReplaceTempView("source")
-            transform = self.config.spec.transform
+            transform = self.transform
             out = batch.sparkSession.sql(transform.sql) if transform else good
             direct = self.sink.mode == "append" and not shuffles(out)
             done = (
@@ -588,7 +600,7 @@ class KafkaBatchWriter(BatchWriter):
             "parse_error": self.parse_error,
             "empty_value_error": EMPTY_VALUE,
         }
-        if self.config.spec.transform is None:
+        if self.transform is None:
             batch = parsed.select(*self.one_pass_columns())
             frame = batch.select(BAD, *dead_columns, *self.records.columns(batch, self.columns))
             rows, dead = self.kafka.write(frame, batch_id, self.stream, **letters, **self._once())
@@ -648,12 +660,12 @@ class FilesBatchWriter(BatchWriter):
             self.open(parsed.sparkSession, stream_id(self.config.checkpoint))
         self.compactor.check()
         if self.files.committed(batch_id):
-            log.info("batch %s was staged before (a replay): skipped", batch_id)
+            self.skip(parsed, batch_id, "staged")
             return
         columns, count, good, named = self._observed_parts()
         observation = Observation(f"cp_unparsed_{batch_id}")
         out = parsed.select(*columns).observe(observation, count).where(good).select(*named)
-        transform = self.config.spec.transform
+        transform = self.transform
         if transform is not None:
             out.createOrReplaceTempView("source")
             out = parsed.sparkSession.sql(transform.sql)
@@ -873,6 +885,84 @@ def batch_writer(config: RunConfig, partitions: int):
     return writer_class(config.spec.sink)(config, partitions=partitions)
 
 
+# Where a stateful pipeline keeps its state (the spec's state_store; None: RocksDB).
+STATE_STORE_PROVIDERS = {
+    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+}
+STATE_STORE_CONF = "spark.sql.streaming.stateStore.providerClass"
+# RocksDB uploads each batch's changes (a changelog) instead of a snapshot of its files at
+# every commit; snapshots are made in the background.
+CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+DEAD_LETTER_META = ("topic", "partition", "offset", "timestamp", "value")
+
+
+class StateStoreError(RuntimeError):
+    """A definition error: the spec asks for another state store than the checkpoint's."""
+
+
+def state_store(spec: PipelineSpec) -> str:
+    return spec.state_store or "rocksdb"
+
+
+def use_state_store(spark, config: RunConfig) -> None:
+    """Set the session's state store for a stateful pipeline. Spark keeps the provider a
+    checkpoint was started with in its offset log and goes on with it whatever the session
+    says: a spec asking for another one is refused (a definition error) rather than ignored;
+    the state can only move to another store with a new checkpoint (a reset)."""
+    from .checkpoints import planned_conf
+
+    wanted = STATE_STORE_PROVIDERS[state_store(config.spec)]
+    kept = planned_conf(config.checkpoint).get(STATE_STORE_CONF)
+    if kept and kept != wanted:
+        names = {v: k for k, v in STATE_STORE_PROVIDERS.items()}
+        raise StateStoreError(
+            f"state_store: the checkpoint's state is kept in {names.get(kept, kept)!r} and the "
+            f"spec asks for {state_store(config.spec)!r}; a checkpoint keeps the state store "
+            "it started with: set state_store back, or reset the pipeline's offsets to start "
+            "its state anew in the new store"
+        )
+    spark.conf.set(STATE_STORE_CONF, wanted)
+    spark.conf.set(CHANGELOG_CONF, "true")
+
+
+def stateful_frame(spark, parsed, spec: PipelineSpec):
+    """(frame, output columns): a stateful pipeline's watermark, deduplication and transform
+    over the stream, so that Spark keeps their state across batches; what foreachBatch gets
+    looks like parsed_frame's (the sinks' paths take it as they are): the transform's output
+    rows as the parsed record, and beside them, from the same batch, the records that did
+    not parse with their Kafka metadata (the dead letters), as the union of the two. The
+    records that parsed go into the stateful part only; each batch's output is what its
+    stateful operators emit (finished windows in append mode, changed groups in update)."""
+    from pyspark.sql import functions as F
+
+    from .spec.ddl import parse_schema
+
+    columns = [f.name for f in parse_schema(spec.source.schema).fields]
+    good = parsed.where(~_unparsed()).select(*[F.col(PARSED)[c].alias(c) for c in columns])
+    watermark = spec.source.watermark
+    if watermark is not None:
+        delay = round(watermark.delay_seconds * 1000)
+        good = good.withWatermark(watermark.column, f"{delay} milliseconds")
+    if spec.source.deduplicate is not None:
+        good = good.dropDuplicatesWithinWatermark(list(spec.source.deduplicate.key))
+    out = good
+    if spec.transform is not None:
+        good.createOrReplaceTempView("source")
+        out = spark.sql(spec.transform.sql)
+    names = list(out.columns)
+    record = F.struct(
+        *[F.col(f"`{c}`") for c in names], F.lit(None).cast("string").alias(CORRUPT)
+    ).alias(PARSED)
+    types = {f.name: f.dataType for f in parsed.schema.fields}
+    rows = out.select(*[F.lit(None).cast(types[c]).alias(c) for c in DEAD_LETTER_META], record)
+    record_type = rows.schema[PARSED].dataType
+    letters = parsed.where(_unparsed()).select(
+        *DEAD_LETTER_META, F.lit(None).cast(record_type).alias(PARSED)
+    )
+    return rows.unionByName(letters), names
+
+
 def start_query(spark, config: RunConfig, *, available_now: bool = False):
     for key, value in ARROW_SESSION_CONF.items():
         spark.conf.set(key, value)
@@ -883,15 +973,22 @@ def start_query(spark, config: RunConfig, *, available_now: bool = False):
     # checkpoint was started with in its offset log, so this changes only new checkpoints.
     spark.conf.set("spark.sql.shuffle.partitions", str(pin.min_partitions))
     raw = source_frame(spark, config, pin)
+    frame, columns = parsed_frame(raw, config.spec), None
+    if config.spec.stateful:
+        use_state_store(spark, config)
+        frame, columns = stateful_frame(spark, frame, config.spec)
     batches = batch_writer(config, pin.min_partitions)
     for each in getattr(batches, "writers", [batches]):
         each.session = spark  # the session the query runs in (foreachBatch gets a clone)
+        if columns is not None:
+            each.columns = columns  # the stateful transform's output (stateful_frame)
     writer = (
-        parsed_frame(raw, config.spec)
-        .writeStream.queryName(config.pipeline)
+        frame.writeStream.queryName(config.pipeline)
         .foreachBatch(batches)
         .option("checkpointLocation", config.checkpoint)
     )
+    if config.spec.output_mode is not None:
+        writer = writer.outputMode(config.spec.output_mode)
     if available_now:
         writer = writer.trigger(availableNow=True)
     else:

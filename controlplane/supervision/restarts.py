@@ -92,9 +92,31 @@ _PERMANENT = [
     ),
     (
         re.compile(
-            r"\b(SpecError|MixedWritesError|SinkRefused|ReaderError|KafkaSinkError|FileSinkError)\b"
+            r"\b(SpecError|MixedWritesError|SinkRefused|ReaderError|KafkaSinkError|FileSinkError"
+            r"|StateStoreError)\b"
         ),
         "a definition error",
+    ),
+    # A stateful transform changed in a way its checkpoint's state cannot follow (other
+    # group keys or aggregates, stateful operators added or removed): Spark refuses to
+    # restore it at every start, until the spec goes back or the offsets are reset.
+    (
+        re.compile(
+            r"\[(STATE_STORE_(KEY|VALUE)_SCHEMA_NOT_COMPATIBLE|STATE_STORE_INVALID_\w+"
+            r"|STREAMING_STATEFUL_OPERATOR_\w+|STATE_REPARTITION_\w+)"
+        ),
+        "a state the checkpoint cannot restore",
+    ),
+    # What Spark's analyzer refuses on a stream (jobs.spec.streaming checks most of it when
+    # the spec is saved).
+    (
+        re.compile(
+            r"\[(STREAMING_OUTPUT_MODE\.\w+|NON_TIME_WINDOW_NOT_SUPPORTED_IN_STREAMING"
+            r"|UNSUPPORTED_STREAMING_OPERATION\w*)"
+            r"|output mode not supported when there are streaming aggregations"
+            r"|not supported (with|on) streaming DataFrames/Data[Ss]ets",
+        ),
+        "a definition error (Spark refuses the stateful transform on a stream)",
     ),
     (
         re.compile(

@@ -1,0 +1,239 @@
+"""Stateful pipelines with real Spark, Kafka and Postgres: event-time windows written once
+when the watermark finishes them (append) or as running counts upserted by group (update),
+deduplication within the watermark across restarts, late records dropped and counted, dead
+letters beside the stateful output, and the state store a checkpoint keeps."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from controlplane.supervision.restarts import classify
+from jobs.checkpoints import planned_conf
+from jobs.pipeline import (
+    STATE_STORE_CONF,
+    STATE_STORE_PROVIDERS,
+    RunConfig,
+    StateStoreError,
+    start_query,
+)
+from jobs.spec import parse_spec
+from tests.kafka_helpers import new_topic, produce
+from tests.test_pipeline_postgres import forget_last_commit
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+BASE = datetime(2026, 11, 24, tzinfo=UTC)
+MALFORMED = b"{not json"
+COUNTS = "SELECT window.start AS window_start, window.end AS window_end, courier, count(*) AS n"
+TUMBLING = f"{COUNTS} FROM source GROUP BY window(ts, '1 minute'), courier"
+
+
+def at(minute: float) -> str:
+    return (BASE + timedelta(minutes=minute)).isoformat().replace("+00:00", "Z")
+
+
+def deliveries(windows: range, couriers=("ann", "bob")) -> tuple[list[dict], dict]:
+    """Records in 1-minute windows, a known number per (window, courier): (records, counts
+    by (minute, courier))."""
+    records, counts = [], {}
+    for w in windows:
+        for c, courier in enumerate(couriers):
+            n = 5 + 3 * w + c
+            counts[(w, courier)] = n
+            for i in range(n):
+                records.append(
+                    {"id": f"{w}-{courier}-{i}", "courier": courier, "ts": at(w + (i % 60) / 61)}
+                )
+    return records, counts
+
+
+def config_for(tmp_path: Path, topic: str, sink_dsn: str, spec: dict, name: str = "") -> RunConfig:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return RunConfig(
+        pipeline=name or f"s-{uuid.uuid4().hex[:8]}",
+        spec=parse_spec(spec),
+        kafka={"bootstrap_servers": [pytest.kafka_bootstrap]},
+        postgres={"conninfo": sink_dsn},
+        checkpoint=str(tmp_path / "checkpoint"),
+        run_dir=str(run_dir),
+    )
+
+
+def spec_for(topic: str, table: str, **extra) -> dict:
+    source = {
+        "connection": "k",
+        "topics": [topic],
+        "schema": "id STRING, courier STRING, ts TIMESTAMP",
+        "starting_offsets": "earliest",
+        "max_records_per_batch": 200,
+        "watermark": {"column": "ts", "delay_seconds": 30},
+    }
+    source.update(extra.pop("source", {}))
+    return {
+        "source": source,
+        "sink": extra.pop("sink", {"connection": "pg", "table": table}),
+        **extra,
+    }
+
+
+@pytest.fixture(autouse=True)
+def _bootstrap(kafka_bootstrap):
+    pytest.kafka_bootstrap = kafka_bootstrap
+
+
+def drain(spark, config):
+    """Run the query until the topic is drained; the query (its progress) afterwards."""
+    query = start_query(spark, config, available_now=True)
+    query.awaitTermination(180)
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def fetch(dsn, query):
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(query).fetchall()
+
+
+def windows_in(dsn, table) -> dict:
+    rows = fetch(dsn, f'SELECT window_start, courier, n FROM "{table}"')
+    return {(int((s - BASE).total_seconds() // 60), c): n for s, c, n in rows}
+
+
+def dropped_by_watermark(query) -> int:
+    return sum(
+        op.get("numRowsDroppedByWatermark", 0)
+        for p in query.recentProgress
+        for op in json.loads(p.json).get("stateOperators", [])
+    )
+
+
+def test_finished_windows_are_written_once_and_late_records_are_dropped_and_counted(
+    spark, kafka_bootstrap, sink_dsn, tmp_path
+):
+    topic = new_topic(kafka_bootstrap, partitions=2)
+    records, counts = deliveries(range(5))
+    produce(kafka_bootstrap, topic, [*records, MALFORMED], partitions=2)
+    table = f"w_{uuid.uuid4().hex[:8]}"
+    spec = spec_for(topic, table, transform={"sql": TUMBLING, "output_mode": "append"})
+    config = config_for(tmp_path, topic, sink_dsn, spec)
+    drain(spark, config)
+    # The watermark is the latest record's time (4:16) less 30 s: windows 0-2 are finished.
+    assert max(r["ts"] for r in records) == at(4 + 17 / 61)
+    assert windows_in(sink_dsn, table) == {k: n for k, n in counts.items() if k[0] < 3}
+    # Minute 9 moves it to 8:30: window 4 is finished too, 9 is still open.
+    produce(kafka_bootstrap, topic, [{"id": "x", "courier": "ann", "ts": at(9)}], partitions=2)
+    drain(spark, config)
+    assert windows_in(sink_dsn, table) == counts
+    letters = fetch(
+        sink_dsn, f"SELECT raw FROM _cp_dead_letters WHERE pipeline = '{config.pipeline}'"
+    )
+    assert [bytes(v) for (v,) in letters] == [MALFORMED]
+    # Spark's offset log keeps the store: RocksDB unless the spec says otherwise.
+    assert planned_conf(config.checkpoint)[STATE_STORE_CONF] == STATE_STORE_PROVIDERS["rocksdb"]
+
+    # Records of finished windows come late: dropped by the watermark, counted, never written.
+    # (Spark counts the rows that reach its stateful operator, after the partial aggregation
+    # of each input partition: late records of three groups, three rows.)
+    late = [{"id": f"late{i}", "courier": "bob", "ts": at(i + 0.5)} for i in range(3)]
+    produce(kafka_bootstrap, topic, late, partitions=2)
+    query = drain(spark, config)
+    assert dropped_by_watermark(query) == 3
+    produce(kafka_bootstrap, topic, [{"id": "y", "courier": "bob", "ts": at(12)}], partitions=2)
+    drain(spark, config)
+    found = windows_in(sink_dsn, table)
+    assert {k: v for k, v in found.items() if k[0] < 5} == counts
+    assert found.get((9, "ann")) == 1  # finished by minute 12's watermark (11:30)
+    assert (12, "bob") not in found
+
+
+def test_update_output_upserts_running_counts_by_group_exactly_once_on_replay(
+    spark, kafka_bootstrap, sink_dsn, tmp_path
+):
+    topic = new_topic(kafka_bootstrap, partitions=2)
+    first, _ = deliveries(range(3))
+    produce(kafka_bootstrap, topic, first, partitions=2)
+    table = f"u_{uuid.uuid4().hex[:8]}"
+    spec = spec_for(
+        topic,
+        table,
+        transform={"sql": TUMBLING, "output_mode": "update"},
+        sink={
+            "connection": "pg",
+            "table": table,
+            "mode": "upsert",
+            "key": ["window_start", "window_end", "courier"],
+        },
+        state_store="hdfs",
+        # 10 minutes late at most: every window of this test stays open.
+        source={"watermark": {"column": "ts", "delay_seconds": 600}},
+    )
+    config = config_for(tmp_path, topic, sink_dsn, spec)
+    drain(spark, config)
+    assert planned_conf(config.checkpoint)[STATE_STORE_CONF] == STATE_STORE_PROVIDERS["hdfs"]
+    # More records of the same windows (still open: no watermark has passed them), replayed
+    # once as if the driver died after the sink's commit: counts go on from the state.
+    more, _ = deliveries(range(3))
+    produce(kafka_bootstrap, topic, more, partitions=2)
+    drain(spark, config)
+    forget_last_commit(config.checkpoint)
+    drain(spark, config)
+    _, counts = deliveries(range(3))
+    assert windows_in(sink_dsn, table) == {k: 2 * n for k, n in counts.items()}
+    (rows,) = fetch(sink_dsn, f'SELECT count(*) FROM "{table}"')[0]
+    assert rows == len(counts)
+
+    # The checkpoint keeps its store: asking for another is a definition error, not ignored.
+    changed = config_for(tmp_path, topic, sink_dsn, {**spec, "state_store": "rocksdb"})
+    with pytest.raises(StateStoreError) as raised:
+        start_query(spark, changed, available_now=True)
+    assert classify(f"{type(raised.value).__name__}: {raised.value}") == "a definition error"
+
+
+def test_deduplication_within_the_watermark_holds_across_restarts(
+    spark, kafka_bootstrap, sink_dsn, tmp_path
+):
+    topic = new_topic(kafka_bootstrap, partitions=2)
+    table = f"d_{uuid.uuid4().hex[:8]}"
+
+    def event(i: int, minute: float) -> dict:
+        return {"id": f"e{i}", "courier": "ann", "ts": at(minute)}
+
+    # Every id twice or three times, in one run and across the next.
+    produce(kafka_bootstrap, topic, [event(i, i / 100) for i in range(100)] * 2, partitions=2)
+    spec = spec_for(topic, table, source={"deduplicate": {"key": ["id"]}})
+    config = config_for(tmp_path, topic, sink_dsn, spec)
+    drain(spark, config)
+    produce(
+        kafka_bootstrap, topic, [event(i, i / 100 + 0.5) for i in range(50, 150)], partitions=2
+    )
+    drain(spark, config)
+    rows = fetch(sink_dsn, f'SELECT id, count(*) FROM "{table}" GROUP BY id')
+    assert dict(rows) == {f"e{i}": 1 for i in range(150)}
+
+
+def test_a_state_schema_the_checkpoint_cannot_restore_is_a_definition_error(
+    spark, kafka_bootstrap, sink_dsn, tmp_path
+):
+    topic = new_topic(kafka_bootstrap, partitions=1)
+    records, _ = deliveries(range(2))
+    produce(kafka_bootstrap, topic, records, partitions=1)
+    table = f"c_{uuid.uuid4().hex[:8]}"
+    spec = spec_for(topic, table, transform={"sql": TUMBLING, "output_mode": "append"})
+    drain(spark, config_for(tmp_path, topic, sink_dsn, spec))
+    produce(kafka_bootstrap, topic, records, partitions=1)
+    # The group key gains a column: the state's key schema no longer matches.
+    wider = TUMBLING.replace("courier", "courier, id")
+    spec["transform"]["sql"] = wider.replace("count(*) AS n", "count(*) AS n", 1)
+    spec["sink"]["table"] = f"{table}_2"
+    query = start_query(spark, config_for(tmp_path, topic, sink_dsn, spec), available_now=True)
+    with pytest.raises(Exception) as raised:  # pyspark's StreamingQueryException
+        query.awaitTermination(180)
+    assert "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE" in str(raised.value)
+    assert classify(str(raised.value)) == "a state the checkpoint cannot restore"
