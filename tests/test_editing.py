@@ -505,3 +505,188 @@ def test_an_editor_defines_a_files_connection_and_a_bad_root_is_shown_on_its_fie
     assert "File system (local or Hadoop)" in listing and f"file://{files_dir}/lake" in listing
     form = editor.get(reverse("connection-edit", kwargs={"name": "lake"})).content.decode()
     assert f'value="file://{files_dir}/lake"' in form
+
+
+# -- stateful pipelines: event time, deduplication, output mode, state store ------------------
+
+WINDOW_SQL = (
+    "SELECT window.start AS window_start, window.end AS window_end, id, count(*) AS n "
+    "FROM source GROUP BY window(ts, '5 minutes'), id"
+)
+
+
+def stateful_spec(**changes) -> dict:
+    """valid_spec() counting per id per 5 minutes, in update mode into an upsert."""
+    source = {
+        **valid_spec()["source"],
+        "watermark": {"column": "ts", "delay_seconds": 30},
+        "deduplicate": {"key": ["id"]},
+    }
+    sink = {**valid_spec()["sink"], "key": ["window_start", "window_end", "id"]}
+    spec = valid_spec(
+        source=source,
+        transform={"sql": WINDOW_SQL, "output_mode": "update"},
+        sink=sink,
+        state_store="hdfs",
+    )
+    spec.update(changes)
+    return spec
+
+
+@pytest.mark.parametrize("store", ["hdfs", "rocksdb", None])
+def test_a_stateful_spec_survives_the_round_trip_through_the_form(store):
+    known = {"events": "kafka", "warehouse": "postgres"}
+    spec = parse_spec(stateful_spec(state_store=store), connections=known).to_dict()
+    values = forms.pipeline_values("orders", "", spec)
+    assert (
+        values["watermark_column"],
+        values["watermark_delay_seconds"],
+        values["deduplicate_key"],
+        values["output_mode"],
+        values["state_store"],
+    ) == ("ts", "30", "id", "update", store or "rocksdb")
+    parsed = forms.pipeline_from_form(form_for(spec), spec)
+    assert parsed.errors == {}
+    assert parse_spec(parsed.data["spec"], connections=known).to_dict() == spec
+
+
+def test_event_time_and_state_inputs_become_the_spec_and_emptied_ones_leave_it():
+    known = {"events": "kafka", "warehouse": "postgres"}
+    spec = parse_spec(valid_spec(), connections=known).to_dict()
+    post = {
+        **form_for(spec),
+        "watermark_column": "ts",
+        "watermark_delay_seconds": "90",
+        "deduplicate_key": " id ,",
+        "transform_sql": WINDOW_SQL,
+        "mode": "append",
+        "key": "",
+    }
+    parsed = forms.pipeline_from_form(post, spec)
+    assert parsed.errors == {}
+    made = parse_spec(parsed.data["spec"], connections=known)
+    assert made.source.watermark.column == "ts" and made.source.watermark.delay_seconds == 90
+    assert made.source.deduplicate.key == ("id",)
+    # No output mode: append over the stream (stateful), with RocksDB (null in the spec).
+    assert (made.transform.output_mode, made.output_mode, made.state_store) == (
+        None,
+        "append",
+        None,
+    )
+    # Everything emptied (RocksDB, the default store, stays chosen): a stateless spec again.
+    stored = made.to_dict()
+    cleared = {
+        **form_for(stored),
+        "watermark_column": "",
+        "watermark_delay_seconds": "",
+        "deduplicate_key": "",
+        "output_mode": "",
+        "transform_sql": "SELECT id FROM source",
+        "state_store": "rocksdb",
+    }
+    back = forms.pipeline_from_form(cleared, stored).data["spec"]
+    assert (back["source"].get("watermark"), back["source"].get("deduplicate")) == (None, None)
+    assert "state_store" not in back and "output_mode" not in back["transform"]
+    assert not parse_spec(back, connections=known).stateful
+
+
+def test_an_output_mode_without_a_transform_is_reported_on_it():
+    parsed = forms.pipeline_from_form({"output_mode": "update", "transform_sql": ""}, None)
+    assert parsed.errors == {
+        "output_mode": ["applies to a transform: write its SQL, or choose per batch"]
+    }
+
+
+def test_stateful_problems_are_placed_next_to_the_input_they_concern():
+    placed = forms.place_errors(
+        {
+            "spec.source.watermark": ["is required for an aggregation"],
+            "spec.source.watermark.delay_seconds": ["must be at most 604800, got 1e+06"],
+            "spec.source.deduplicate": ["needs source.watermark"],
+            "spec.source.deduplicate.key[1]": ["column 'x' is not in the source schema"],
+            "spec.transform.output_mode": ["complete is not supported"],
+            "spec.transform.sql": ["ORDER BY does not run on a stream"],
+            "spec.state_store": ["applies to stateful pipelines only"],
+            "spec.sink.mode": ["must be upsert with update output"],
+            "spec.sink.key[1]": ["column 'n' is not a GROUP BY column"],
+        },
+        forms.PIPELINE_FIELDS,
+    )
+    assert placed == {
+        "watermark_column": ["is required for an aggregation"],
+        "watermark_delay_seconds": ["must be at most 604800, got 1e+06"],
+        "deduplicate_key": [
+            "needs source.watermark",
+            "source.deduplicate.key[1]: column 'x' is not in the source schema",
+        ],
+        "output_mode": ["complete is not supported"],
+        "transform_sql": ["ORDER BY does not run on a stream"],
+        "state_store": ["applies to stateful pipelines only"],
+        "mode": ["must be upsert with update output"],
+        "key": ["sink.key[1]: column 'n' is not a GROUP BY column"],
+    }
+    # The sink's kind, for a kind that cannot take update output (files; and in a list).
+    placed = forms.place_errors(
+        {"spec.sink.kind": ["a files sink takes append output only"]},
+        forms.PIPELINE_FIELDS,
+        sink="files",
+    )
+    assert placed == {"sink_kind": ["a files sink takes append output only"]}
+    placed = forms.place_errors({"spec.sinks[1].kind": ["append only"]}, forms.PIPELINE_FIELDS)
+    assert placed == {"sinks": ["sinks[1].kind: append only"]}
+
+
+def test_the_edit_form_of_a_stateful_pipeline_shows_its_event_time_and_state(
+    editor, api, kafka_connection, postgres_connection
+):
+    response = api.post(
+        "/api/pipelines/", {"name": "counts", "spec": stateful_spec()}, format="json"
+    )
+    assert response.status_code == 201, response.json()
+    html = editor.get(reverse("pipeline-edit", kwargs={"name": "counts"})).content.decode()
+    assert "Event time and state" in html
+    assert 'id="f-watermark_column" value="ts"' in html
+    assert 'id="f-watermark_delay_seconds" value="30"' in html
+    assert 'id="f-deduplicate_key" value="id"' in html
+    assert '<option value="update" selected>update (changed groups)</option>' in html
+    assert '<option value="hdfs" selected>HDFS-backed (Spark&#x27;s default)</option>' in html
+    # Saved as shown: no new version.
+    stored = Pipeline.objects.get(name="counts")
+    post = {**form_for(stored.spec), "version": "1"}
+    post.pop("name")
+    response = editor.post(reverse("pipeline-edit", kwargs={"name": "counts"}), post)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    stored.refresh_from_db()
+    assert stored.version == 1
+    # A new pipeline's form: per batch, RocksDB.
+    html = editor.get(reverse("pipeline-new")).content.decode()
+    assert '<option value="" selected>per batch</option>' in html
+    assert '<option value="rocksdb" selected>RocksDB (default)</option>' in html
+
+
+def test_an_aggregation_in_append_mode_without_a_watermark_is_refused_at_the_event_time_input(
+    editor, kafka_connection, postgres_connection
+):
+    post = new_pipeline_post(
+        schema="id STRING, amount DOUBLE, ts TIMESTAMP",
+        transform_sql=WINDOW_SQL,
+        output_mode="append",
+        table="counts",
+    )
+    response = editor.post(reverse("pipeline-new"), post)
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "is required for an aggregation: append writes each group once" in field_errors(
+        html, "watermark_column"
+    )
+    assert '<option value="append" selected>' in html  # the input is kept
+    assert not Pipeline.objects.filter(name="payments").exists()
+    # With event time: created, a stateful pipeline.
+    response = editor.post(
+        reverse("pipeline-new"),
+        {**post, "watermark_column": "ts", "watermark_delay_seconds": "60"},
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    spec = Pipeline.objects.get(name="payments").spec
+    assert spec["source"]["watermark"] == {"column": "ts", "delay_seconds": 60}
+    assert (spec["transform"]["output_mode"], spec["state_store"]) == ("append", None)

@@ -49,7 +49,7 @@ def _pipeline_form(request, *, pipeline, values, errors, status=200):
                 "f": f,
                 "value": values.get(f.name, ""),
                 "errors": errors.get(f.name, []),
-                "choices": choices.get(f.name, f.choices),
+                "choices": forms.options(f, choices.get(f.name, f.choices)),
             }
         )
     return render(
@@ -61,6 +61,7 @@ def _pipeline_form(request, *, pipeline, values, errors, status=200):
             "general": errors.get(forms.GENERAL, []),
             "version": values.get("version", pipeline.version if pipeline else ""),
             "restart_kind": values.get("restart_kind") or "",
+            "state_fields": forms.STATE_FIELDS,
         },
         status=status,
     )
@@ -71,6 +72,7 @@ NEW_PIPELINE_DEFAULTS = {
     "max_records_per_batch": "100000",
     "fail_on_data_loss": True,
     "reader": "",
+    "state_store": forms.STATE_STORES[0],
     "mode": "append",
     "interval_seconds": "1",
     "restart_kind": "exponential-delay",
@@ -206,7 +208,7 @@ def _connection_form(request, *, connection, kind, values, errors, status=200):
             "f": f,
             "value": values.get(f.name, ""),
             "errors": errors.get(f.name, []),
-            "choices": f.choices,
+            "choices": forms.options(f, f.choices),
             "is_set": f.kind == "secret" and f.path.split(".", 1)[1] in stored,
         }
         for f in forms.CONNECTION_COMMON + forms.CONNECTION_FIELDS.get(kind, [])

@@ -31,10 +31,18 @@ class Field:
     choices: tuple[str, ...] = ()
     group: str = ""  # a restart policy kind: shown for that kind only
     sink: str = ""  # a sink kind: shown and sent for that kind only
+    labels: tuple[str, ...] = ()  # what the choices are called, when not their values
+    # Spec paths above the field's own whose problems are shown at it (`source.watermark`:
+    # "is required for an aggregation" goes to the watermark's column).
+    owns: tuple[str, ...] = ()
 
 
 RESTART_KINDS = ("exponential-delay", "fixed-delay", "failure-rate", "none")
 SINK_KINDS = ("postgres", "kafka", "files")
+STATE_STORES = ("rocksdb", "hdfs")  # the first: what the spec's null means
+# Inputs of the form's "Event time and state" section (the spec's source.watermark,
+# source.deduplicate and state_store).
+STATE_FIELDS = ("watermark_column", "watermark_delay_seconds", "deduplicate_key", "state_store")
 _RESTART_FIELDS = {  # kind: (field, label, help)
     "fixed-delay": [
         ("attempts", "Attempts", "restarts before giving up"),
@@ -143,11 +151,61 @@ PIPELINE_FIELDS = [
         help="mirror committed offsets to this group for lag tools",
     ),
     Field(
+        "watermark_column",
+        "source.watermark.column",
+        "Event time column",
+        help="a TIMESTAMP column of the schema; empty: no watermark. Needed to aggregate over"
+        " the stream (GROUP BY window(<this column>, '5 minutes'), ...) and to deduplicate",
+        owns=("source.watermark",),
+    ),
+    Field(
+        "watermark_delay_seconds",
+        "source.watermark.delay_seconds",
+        "Watermark delay (s)",
+        "number",
+        "0 to 604800: how late a record may come (the watermark is the latest event time seen"
+        " minus this); older records are dropped and counted",
+    ),
+    Field(
+        "deduplicate_key",
+        "source.deduplicate.key",
+        "Deduplicate by (optional)",
+        "list",
+        "source columns, comma-separated: a record whose key was seen within the watermark is"
+        " dropped; needs the event time column",
+        owns=("source.deduplicate",),
+    ),
+    Field(
         "transform_sql",
         "transform.sql",
         "Transform (optional)",
         "textarea",
         "one Spark SQL query over the view `source`; empty: the parsed columns as they are",
+    ),
+    Field(
+        "output_mode",
+        "transform.output_mode",
+        "Output mode",
+        "select",
+        "per batch: the SQL runs over each micro-batch alone (an aggregate counts within the"
+        " batch); append: over the stream, each group written once when the watermark"
+        " finishes it (a window's final count); update: over the stream, a group written"
+        " again after every batch that changed it (a running count: a postgres upsert keyed"
+        " by the group, or a kafka sink with a key)",
+        choices=("", "append", "update"),
+        labels=("per batch", "append (finished groups, once)", "update (changed groups)"),
+    ),
+    Field(
+        "state_store",
+        "state_store",
+        "State store",
+        "select",
+        "for stateful pipelines (an event time column, deduplication or an output mode):"
+        " RocksDB keeps state on the executors' disks and checkpoints only each batch's"
+        " changes; HDFS-backed keeps every key in memory. A checkpoint keeps the store it was"
+        " started with",
+        choices=STATE_STORES,
+        labels=("RocksDB (default)", "HDFS-backed (Spark's default)"),
     ),
     Field(
         "sink_kind",
@@ -438,6 +496,13 @@ def pipeline_from_form(post: dict[str, Any], current_spec: dict | None) -> Parse
                 spec.pop("transform", None)
             else:
                 spec["transform"] = {"sql": value}
+        elif f.path == "transform.output_mode":
+            if value is not None and isinstance(spec.get("transform"), dict):
+                spec["transform"]["output_mode"] = value
+            elif value is not None:
+                parsed.error(f.name, "applies to a transform: write its SQL, or choose per batch")
+        elif f.path == "state_store":
+            _state_store(spec, value, current_spec)
         elif value is None:
             *parents, last = f.path.split(".")
             parent = _get(spec, ".".join(parents))
@@ -446,6 +511,9 @@ def pipeline_from_form(post: dict[str, Any], current_spec: dict | None) -> Parse
         else:
             _set(spec, f.path, value)
     source = spec.get("source")
+    for part in ("watermark", "deduplicate"):
+        if isinstance(source, dict) and source.get(part) == {}:
+            source.pop(part)  # every input of it left empty: none
     if isinstance(source, dict) and source.get("format") == "avro":
         source.pop("schema", None)  # derived from the Avro schema
     elif isinstance(source, dict):
@@ -463,6 +531,17 @@ def pipeline_from_form(post: dict[str, Any], current_spec: dict | None) -> Parse
     return parsed
 
 
+def _state_store(spec: dict, value: Any, current_spec: dict | None) -> None:
+    """The state store: RocksDB (the first choice) is what the spec's null means, so it is
+    sent as null (a stateless pipeline takes no state store), or as it was stored."""
+    if value is not None and value != STATE_STORES[0]:
+        spec["state_store"] = value
+    elif value is not None and (current_spec or {}).get("state_store") == value:
+        spec["state_store"] = value  # as stored: the form changes nothing
+    else:
+        spec.pop("state_store", None)
+
+
 def pipeline_values(
     name: str, description: str, spec: dict, placement: str = "dedicated"
 ) -> dict[str, Any]:
@@ -476,7 +555,15 @@ def pipeline_values(
         if (f.group and f.group != kind) or (f.sink and f.sink != sink_kind):
             continue
         values[f.name] = _text(f, _get(spec, f.path))
+    values["state_store"] = spec.get("state_store") or STATE_STORES[0]
     return values
+
+
+def options(f: Field, choices: Any) -> list[tuple[str, str]]:
+    """A select's (value, label) pairs: the field's labels, else the values ("" shown as
+    "(default)")."""
+    labels = dict(zip(f.choices, f.labels, strict=False))
+    return [(c, labels.get(c) or c or "(default)") for c in choices]
 
 
 def _text(f: Field, value: Any) -> Any:
@@ -541,9 +628,13 @@ def place_errors(
     the input they concern, the rest under GENERAL with their path. Restart policy fields
     are looked up in the chosen kind's group, sink fields in the chosen sink's."""
     by_path = {}
+    owned = set()
     for f in fields:
         if (not f.group or f.group == group) and (not f.sink or f.sink == (sink or "postgres")):
             by_path.setdefault(f.path, f.name)
+            for path in f.owns:
+                by_path.setdefault(path, f.name)
+                owned.add(path)
     placed: dict[str, list[str]] = {}
     for path, messages in errors.items():
         clean = re.sub(r"\[[^\]]*\]", "", path.removeprefix("spec.")).strip(".")
@@ -561,7 +652,7 @@ def place_errors(
             continue
         # Say which item or sub-field when the problem is in a part of the input.
         inner = path.removeprefix("spec.")
-        detail = "" if inner == _path_of(fields, name) else inner
+        detail = "" if inner == _path_of(fields, name) or inner in owned else inner
         placed.setdefault(name, []).extend(f"{detail}: {m}" if detail else m for m in messages)
     return placed
 
