@@ -757,16 +757,16 @@ def test_a_query_without_aggregation_has_no_verdict():
             {"window": 0, "courier": 1},
         ),
         (
-            "SELECT session_window.start AS s, session_window.end AS e, count(*) AS n "
-            "FROM source GROUP BY session_window(ts, '5 minutes')",
-            ("session_window(ts, '5 minutes')",),
-            {"s": 0, "e": 0},
+            "SELECT session_window.start AS s, session_window.end AS e, id, count(*) AS n "
+            "FROM source GROUP BY session_window(ts, '5 minutes'), id",
+            ("session_window(ts, '5 minutes')", "id"),
+            {"s": 0, "e": 0, "id": 1},
         ),
         (
             # window.start is the window's bound, not a session window's.
             "SELECT window.start AS s, count(*) AS n FROM source "
-            "GROUP BY session_window(ts, '5 minutes')",
-            ("session_window(ts, '5 minutes')",),
+            "GROUP BY session_window(ts, '5 minutes'), id",
+            ("session_window(ts, '5 minutes')", "id"),
             {},
         ),
         (
@@ -810,16 +810,9 @@ def test_the_source_view_can_have_another_name():
     assert stream_shape(sql, "ts").time_grouped is None  # `events` is not the source here
 
 
-# -- known gaps in the validation (bugs reported; these turn green when they are fixed) --------
+# -- shapes Spark resolves or refuses that a first version of these checks got wrong -----------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="jobs.spec.streaming._same_group_item compares output and GROUP BY columns as "
-    "sqlglot nodes: a different case (COURIER vs courier), quoting (`courier`) or a "
-    "qualifier (source.courier) makes the group column no key column, so a valid upsert "
-    "of update output is refused at sink.key (Spark resolves all three alike)",
-)
 @pytest.mark.parametrize(
     "sql",
     [
@@ -832,24 +825,11 @@ def test_the_group_key_is_found_whatever_the_spelling_of_its_columns(sql):
     assert parsed(spec(sql=sql, mode="update", sink=UPSERT)).output_mode == "update"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="jobs.spec.streaming._time_grouped does not resolve GROUP BY ordinals (GROUP BY 1, "
-    "2; spark.sql.groupByOrdinal is on by default): an aggregation grouped by the window "
-    "is refused at transform.sql as not grouped by event time (Spark runs it)",
-)
 def test_group_by_ordinals_are_resolved_to_the_select_list():
     sql = "SELECT window(ts, '5 minutes') AS w, courier, count(*) AS n FROM source GROUP BY 1, 2"
     assert parsed(spec(sql=sql)).output_mode == "append"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="jobs.spec.streaming does not refuse distinct aggregates (count(DISTINCT x)), "
-    "which Spark refuses on a stream when the query starts: 'Distinct aggregations are not "
-    "supported on streaming DataFrames/Datasets. Consider using approx_count_distinct() "
-    "instead.' The spec is accepted and the run fails with a definition error",
-)
 def test_a_distinct_aggregate_is_refused_before_launch():
     sql = (
         "SELECT window.start AS window_start, count(DISTINCT courier) AS couriers "
@@ -860,13 +840,6 @@ def test_a_distinct_aggregate_is_refused_before_launch():
     assert "approx_count_distinct" in errors["transform.sql"][0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="session windows take append output only: Spark refuses update when the query "
-    "starts ([STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION] Invalid streaming output mode: "
-    "update ... not supported for session window streaming aggregations); the spec is "
-    "accepted",
-)
 def test_a_session_window_in_update_mode_is_refused_before_launch():
     sql = (
         "SELECT session_window.start AS s, session_window.end AS e, courier, count(*) AS n "
@@ -876,12 +849,6 @@ def test_a_session_window_in_update_mode_is_refused_before_launch():
     assert set(errors) <= {"transform.output_mode", "transform.sql"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a session window as the only GROUP BY item is accepted; Spark fails the query "
-    "when it runs (Global aggregation with session window in streaming query is not "
-    "supported)",
-)
 def test_a_global_session_window_is_refused_before_launch():
     sql = (
         "SELECT session_window.start AS s, count(*) AS n FROM source "

@@ -114,7 +114,8 @@ _PERMANENT = [
             r"\[(STREAMING_OUTPUT_MODE\.\w+|NON_TIME_WINDOW_NOT_SUPPORTED_IN_STREAMING"
             r"|UNSUPPORTED_STREAMING_OPERATION\w*)"
             r"|output mode not supported when there are streaming aggregations"
-            r"|not supported (with|on) streaming DataFrames/Data[Ss]ets",
+            r"|not supported (with|on) streaming DataFrames/Data[Ss]ets"
+            r"|session window in streaming query is not supported",
         ),
         "a definition error (Spark refuses the stateful transform on a stream)",
     ),

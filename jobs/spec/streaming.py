@@ -50,6 +50,8 @@ class Shape:
     # Output column (lower case) -> the GROUP BY item it is: only when the query is one
     # plain SELECT ... FROM source GROUP BY ..., else None.
     key_columns: dict[str, int] | None = None
+    # Whether some aggregation groups by session_window() (append output only, in Spark).
+    session_windows: bool = False
 
 
 def stream_shape(sql: str, watermark: str | None, source_view: str = "source") -> Shape:
@@ -70,11 +72,33 @@ def stream_shape(sql: str, watermark: str | None, source_view: str = "source") -
     items: tuple[str, ...] = ()
     keys = None
     if isinstance(statement, exp.Select) and statement.args.get("group"):
-        group = statement.args["group"].expressions
+        group = _group_items(statement)
         items = tuple(g.sql(dialect="spark", normalize_functions="lower") for g in group)
         if _reads_view(statement, source_view):
-            keys = _key_columns(statement, group)
-    return Shape(bool(verdicts), time_grouped if verdicts else None, items, keys)
+            keys = _key_columns(statement, group, source_view)
+    sessions = any(
+        call_name(node) == "session_window"
+        for select in statement.find_all(exp.Select)
+        if select.args.get("group")
+        for item in _group_items(select)
+        for node in item.walk()
+    )
+    return Shape(bool(verdicts), time_grouped if verdicts else None, items, keys, sessions)
+
+
+def _group_items(select: exp.Select) -> list[exp.Expr]:
+    """The GROUP BY items, ordinals (GROUP BY 1, 2: Spark's default) read as the select
+    list's expressions they point at."""
+    projections = select.expressions
+    items = []
+    for item in select.args["group"].expressions:
+        if isinstance(item, exp.Literal) and not item.is_string and item.this.isdigit():
+            n = int(item.this)
+            if 1 <= n <= len(projections):
+                projection = projections[n - 1]
+                item = projection.this if isinstance(projection, exp.Alias) else projection
+        items.append(item)
+    return items
 
 
 def _refuse_unsupported(node: exp.Expr) -> None:
@@ -104,6 +128,11 @@ def _refuse_unsupported(node: exp.Expr) -> None:
         raise SQLError(
             "UNION (without ALL) keeps every distinct row in state forever: use UNION ALL, "
             "and source.deduplicate to drop duplicates within the watermark"
+        )
+    if isinstance(node, exp.Distinct) and isinstance(node.parent, exp.Func):
+        raise SQLError(
+            "distinct aggregates (count(DISTINCT ...)) do not run on a stream: use "
+            "approx_count_distinct(...), a HyperLogLog count with a small fixed state"
         )
     if isinstance(node, exp.Select) and node.args.get("distinct"):
         raise SQLError(
@@ -160,31 +189,55 @@ def _time_grouped(select: exp.Select, watermark: str | None, source_view: str) -
     if group is None:
         return False  # a global aggregate: one group, never finished
     aliases = {p.alias.lower(): p.this for p in select.expressions if isinstance(p, exp.Alias)}
-    for item in group.expressions:
-        if _is_event_time(item, watermark):
-            return True
-        alias = aliases.get(item.name.lower()) if isinstance(item, exp.Column) else None
-        if alias is not None and not item.table and _is_event_time(alias, watermark):
-            return True
-    return False
+    items = [_resolve(item, aliases) for item in _group_items(select)]
+    if len(items) == 1 and call_name(items[0]) == "session_window":
+        raise SQLError(
+            "a session window needs other grouping keys beside it (Spark does not run a "
+            "global aggregation by session window on a stream): GROUP BY "
+            "session_window(...), user_id"
+        )
+    return any(_is_event_time(item, watermark) for item in items)
 
 
-def _key_columns(select: exp.Select, group: list[exp.Expr]) -> dict[str, int]:
+def _resolve(item: exp.Expr, aliases: dict[str, exp.Expr]) -> exp.Expr:
+    """A GROUP BY item that names an output alias, as the alias's expression."""
+    if isinstance(item, exp.Column) and not item.table and item.name.lower() in aliases:
+        return aliases[item.name.lower()]
+    return item
+
+
+def _key_columns(select: exp.Select, group: list[exp.Expr], source_view: str) -> dict[str, int]:
     """Output column (lower case) -> the index of the GROUP BY item it is."""
+    qualifiers = {source_view.lower()}
+    table = (select.args.get("from_") or select.args.get("from")).this
+    if table.alias:
+        qualifiers.add(table.alias.lower())
+    items = [_canonical(item, qualifiers) for item in group]
     out: dict[str, int] = {}
     for projection in select.expressions:
         name = projection.alias_or_name.lower()
         value = projection.this if isinstance(projection, exp.Alias) else projection
         for i, item in enumerate(group):
-            if _same_group_item(value, item, projection):
+            if _canonical(value, qualifiers) == items[i] or _same_group_item(
+                value, item, projection
+            ):
                 out[name] = i
                 break
     return out
 
 
+def _canonical(node: exp.Expr, qualifiers: set[str]) -> str:
+    """An expression's SQL with its column names as Spark resolves them: case-insensitive,
+    back-quoted or not, qualified by the source view (or its alias) or not."""
+    node = node.copy()
+    for column in list(node.find_all(exp.Column)):
+        if column.table and column.table.lower() in qualifiers:
+            column.set("table", None)
+        column.set("this", exp.to_identifier(column.name.lower()))
+    return node.sql(dialect="spark", normalize_functions="lower")
+
+
 def _same_group_item(value: exp.Expr, item: exp.Expr, projection: exp.Expr) -> bool:
-    if value == item:
-        return True
     if (
         isinstance(item, exp.Column)
         and not item.table
@@ -198,4 +251,6 @@ def _same_group_item(value: exp.Expr, item: exp.Expr, projection: exp.Expr) -> b
         if not value.table:
             return value.name.lower() == window
         return value.table.lower() == window and value.name.lower() in {"start", "end"}
+    if isinstance(item, exp.Column) and isinstance(value, exp.Column):
+        return value.name.lower() == item.name.lower() and not (value.table and item.table)
     return False

@@ -276,6 +276,14 @@ def _check_stateful(errors: list[FieldError], spec: PipelineSpec) -> None:
                     f"session_window, or {watermark.column} itself) with the other keys",
                 )
             )
+    if shape is not None and shape.session_windows and mode == "update":
+        errors.append(
+            FieldError(
+                "transform.output_mode",
+                "session windows take append output only (Spark refuses update for them): "
+                "use append, or window() for running counts",
+            )
+        )
     for i, sink in enumerate(spec.all_sinks()):
         path = f"sinks[{i}]" if spec.sinks else "sink"
         if mode == "update":
