@@ -115,3 +115,62 @@ def test_old_lag_samples_are_dropped(pipeline, settings):
         LagSample.objects.create(pipeline=row, at=NOW - timedelta(hours=hours), records=hours)
     assert compact_progress(NOW)["expired_lag_samples"] == 1
     assert sorted(LagSample.objects.values_list("records", flat=True)) == [1, 47]
+
+
+def test_old_state_samples_are_summed_per_hour_and_shown_before_the_raw_ones(
+    api, pipeline, settings
+):
+    from controlplane.definitions.models import StateRollup, StateSample
+    from controlplane.observability import state
+    from tests.api.test_state import HDFS, ROCKSDB, stateful
+
+    settings.CONTROLPLANE_PROGRESS_RAW_HOURS = 24
+    settings.CONTROLPLANE_PROGRESS_ROLLUP_DAYS = 30
+    now = datetime.now(UTC).replace(minute=30, second=0, microsecond=0)
+    run = Run.objects.create(
+        pipeline=Pipeline.objects.get(name="orders"), generation=1, spec_version=1,
+        last_batch_id=5,
+    )  # fmt: skip
+    old_hour = (now - timedelta(hours=30)).replace(minute=0)
+
+    def batch(i, at, rows, dropped, commit):
+        rocks = {**ROCKSDB, "numRowsTotal": rows, "numRowsDroppedByWatermark": dropped,
+                 "commitTimeMs": commit}  # fmt: skip
+        return (run, stateful(i, rocks, HDFS), at)
+
+    state.store(
+        [
+            batch(1, old_hour + timedelta(minutes=1), 1_000, 3, 40),
+            batch(2, old_hour + timedelta(minutes=2), 3_000, 4, 90),
+            batch(3, now - timedelta(hours=1), 5_000, 0, 10),
+            batch(4, now - timedelta(minutes=1), 7_000, 1, 20),
+        ]
+    )
+    summary = compact_progress(now)
+    assert (summary["state_rolled_up"], summary["expired_state_rollups"]) == (4, 0)
+    assert StateSample.objects.count() == 4  # two recent batches, two operators
+    hour = StateRollup.objects.get(operator=0)
+    assert (hour.bucket_start, hour.name, hour.store, hour.batches) == (
+        old_hour, "stateStoreSave", "rocksdb", 2,
+    )  # fmt: skip
+    assert (hour.sum_rows, hour.max_rows, hour.rows_dropped, hour.max_commit_ms) == (
+        4_000, 3_000, 7, 90,
+    )  # fmt: skip
+    assert (hour.sized_batches, hour.sum_size_bytes, hour.checkpointed_batches) == (2, 18e6, 2)
+
+    since = (now - timedelta(hours=31)).isoformat()
+    body = api.get("/api/pipelines/orders/metrics/state/", {"since": since}).json()
+    rocks = body["operators"][0]
+    assert [(p["resolution"], p["batch_id"], p["rows"]) for p in rocks["points"]] == [
+        ("hour", None, 2_000),
+        ("batch", 3, 5_000),
+        ("batch", 4, 7_000),
+    ]
+    assert (rocks["points"][0]["max_rows"], rocks["points"][0]["rows_dropped"]) == (3_000, 7)
+    assert rocks["points"][0]["commit_ms"] == 65
+    assert rocks["points"][0]["size_bytes"] == 9e6
+
+    # A month later the roll-ups are gone too.
+    later = compact_progress(now + timedelta(days=31))
+    assert later["expired_state_rollups"] == 6  # two operators, three hours
+    assert not StateSample.objects.exists() and not StateRollup.objects.exists()

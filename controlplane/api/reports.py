@@ -84,6 +84,71 @@ class RunHeartbeat(RunReportView):
         return Response(reports.answer(run))
 
 
+# What a BIGINT column holds: a larger count is a corrupt report, refused.
+MAX_COUNT = 2**63 - 1
+
+
+def _count(**kw):
+    return serializers.IntegerField(
+        min_value=0, max_value=MAX_COUNT, required=False, allow_null=True, **kw
+    )
+
+
+class CustomMetricsField(serializers.DictField):
+    """A state store's custom metrics (Spark reports numbers). Those the control plane reads
+    must be counts (whole numbers, not negative); the others are not read, whatever they
+    are."""
+
+    READ = (
+        "rocksdbSstFileSize",
+        "rocksdbCommitCheckpointLatency",
+        "stateOnCurrentVersionSizeBytes",
+    )
+
+    def __init__(self, **kwargs):
+        super().__init__(child=serializers.JSONField(), **kwargs)
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        errors = {}
+        for name in self.READ:
+            number = value.get(name)
+            if number is not None and (
+                isinstance(number, bool)
+                or not isinstance(number, int)
+                or not 0 <= number <= MAX_COUNT
+            ):
+                errors[name] = [f"must be a whole number from 0 to {MAX_COUNT}"]
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value
+
+
+# At most this many stateful operators per query (jobs: one per aggregation, deduplication,
+# join or stateful function in its plan).
+MAX_STATE_OPERATORS = 64
+
+
+class StateOperatorSerializer(serializers.Serializer):
+    """One StateOperatorProgress (camelCase, as Spark reports it); every figure optional
+    (older Spark versions report fewer)."""
+
+    operatorName = serializers.CharField(
+        max_length=100, required=False, allow_blank=True, default=""
+    )
+    numRowsTotal = _count()
+    numRowsUpdated = _count()
+    numRowsRemoved = _count()
+    allUpdatesTimeMs = _count()
+    allRemovalsTimeMs = _count()
+    commitTimeMs = _count()
+    memoryUsedBytes = _count()
+    numRowsDroppedByWatermark = _count()
+    numShufflePartitions = _count()
+    numStateStoreInstances = _count()
+    customMetrics = CustomMetricsField(required=False)
+
+
 class ProgressSerializer(serializers.Serializer):
     batchId = serializers.IntegerField(min_value=0)
     timestamp = serializers.DateTimeField()
@@ -93,7 +158,9 @@ class ProgressSerializer(serializers.Serializer):
     batchDuration = serializers.IntegerField(required=False, allow_null=True)
     durationMs = serializers.DictField(child=serializers.IntegerField(), required=False)
     sources = serializers.ListField(child=serializers.DictField(), required=False)
-    stateOperators = serializers.ListField(child=serializers.DictField(), required=False)
+    stateOperators = StateOperatorSerializer(
+        many=True, required=False, max_length=MAX_STATE_OPERATORS
+    )
     eventTime = serializers.DictField(required=False)
 
 

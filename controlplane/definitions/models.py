@@ -529,3 +529,130 @@ class PipelineFigures(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pipeline.name} figures at {self.collected_at:%H:%M:%S}"
+
+
+class StateStore(models.TextChoices):
+    """Which state store provider keeps an operator's state, deduced from the metrics it
+    reports (Spark does not name it in the progress)."""
+
+    ROCKSDB = "rocksdb", "RocksDB"  # rocksdb* custom metrics; its size is on disk
+    HDFS = "hdfs", "HDFS-backed (Spark's default)"  # its state is held in memory
+    UNKNOWN = "", "Unknown"
+
+
+class StateSample(models.Model):
+    """One stateful operator's state after one micro-batch (StateOperatorProgress, the useful
+    part; the operator is its index in the query's `stateOperators`). Kept raw as long as
+    the batch progress it came with (CONTROLPLANE_PROGRESS_RAW_HOURS), then rolled up per
+    hour (StateRollup)."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="state_samples")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="state_samples")
+    batch_id = models.BigIntegerField()
+    operator = models.PositiveSmallIntegerField()
+    name = models.CharField(max_length=100, blank=True)
+    store = models.CharField(max_length=16, choices=StateStore.choices, blank=True)
+    at = models.DateTimeField(help_text="When the batch was reported (its progress' reported_at).")
+    rows = models.BigIntegerField(null=True, help_text="numRowsTotal: rows held in state.")
+    rows_updated = models.BigIntegerField(null=True)
+    rows_removed = models.BigIntegerField(null=True)
+    memory_bytes = models.BigIntegerField(null=True, help_text="memoryUsedBytes.")
+    size_bytes = models.BigIntegerField(
+        null=True,
+        help_text="RocksDB: its SST files on disk (rocksdbSstFileSize); the HDFS-backed store: "
+        "its current version, in memory (stateOnCurrentVersionSizeBytes).",
+    )
+    rows_dropped = models.BigIntegerField(
+        null=True, help_text="numRowsDroppedByWatermark: late rows dropped in this batch."
+    )
+    commit_ms = models.BigIntegerField(null=True, help_text="commitTimeMs: the state's commit.")
+    checkpoint_ms = models.BigIntegerField(
+        null=True, help_text="The batch's durationMs.walCommit + commitOffsets."
+    )
+    store_checkpoint_ms = models.BigIntegerField(
+        null=True, help_text="RocksDB's rocksdbCommitCheckpointLatency."
+    )
+
+    class Meta:
+        ordering = ["pipeline", "operator", "at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "batch_id", "operator"], name="one_state_sample_per_operator"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["pipeline", "operator", "at"], name="state_sample_series"),
+            models.Index(fields=["at"], name="state_sample_age"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pipeline_id} batch {self.batch_id} operator {self.operator}"
+
+
+class StateRollup(models.Model):
+    """One stateful operator's samples older than the raw retention, per pipeline and hour:
+    sums, counts and maxima, so rolling a bucket up in several passes gives the same figures.
+    Kept CONTROLPLANE_PROGRESS_ROLLUP_DAYS."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="state_rollups")
+    operator = models.PositiveSmallIntegerField()
+    bucket_start = models.DateTimeField()
+    bucket_seconds = models.PositiveIntegerField(default=3600)
+    name = models.CharField(max_length=100, blank=True)
+    store = models.CharField(max_length=16, choices=StateStore.choices, blank=True)
+    batches = models.PositiveBigIntegerField(default=0)
+    sum_rows = models.FloatField(default=0.0)
+    max_rows = models.BigIntegerField(default=0)
+    sum_rows_updated = models.FloatField(default=0.0)
+    sum_rows_removed = models.FloatField(default=0.0)
+    sum_memory_bytes = models.FloatField(default=0.0)
+    max_memory_bytes = models.BigIntegerField(default=0)
+    sized_batches = models.PositiveBigIntegerField(default=0)
+    sum_size_bytes = models.FloatField(default=0.0)
+    max_size_bytes = models.BigIntegerField(default=0)
+    rows_dropped = models.PositiveBigIntegerField(default=0)
+    sum_commit_ms = models.FloatField(default=0.0)
+    max_commit_ms = models.BigIntegerField(default=0)
+    checkpointed_batches = models.PositiveBigIntegerField(default=0)
+    sum_checkpoint_ms = models.FloatField(default=0.0)
+    max_checkpoint_ms = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["pipeline", "operator", "bucket_start"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["pipeline", "operator", "bucket_start", "bucket_seconds"],
+                name="one_state_rollup_per_bucket",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pipeline_id} operator {self.operator} {self.bucket_start:%Y-%m-%d %H:%M}"
+
+
+class StateOperator(models.Model):
+    """A pipeline's stateful operator as last reported: its latest figures (what the page's
+    "now", the metrics API and Prometheus show, one row per operator whatever the batch
+    rate) and the late rows it dropped, summed over every batch reported (Prometheus'
+    counter). The total starts again when another operator takes the index (a new query
+    shape)."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="state_operators")
+    operator = models.PositiveSmallIntegerField()
+    name = models.CharField(max_length=100, blank=True)
+    store = models.CharField(max_length=16, choices=StateStore.choices, blank=True)
+    # The batch the figures are from: a report of an older batch (a retry) changes nothing.
+    run = models.ForeignKey(Run, null=True, on_delete=models.SET_NULL, related_name="+")
+    batch_id = models.BigIntegerField()
+    at = models.DateTimeField()
+    latest = models.JSONField(default=dict, help_text="The batch's figures (as StateSample).")
+    rows_dropped_total = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["pipeline", "operator"]
+        constraints = [
+            models.UniqueConstraint(fields=["pipeline", "operator"], name="one_row_per_operator")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pipeline_id} operator {self.operator} ({self.name})"

@@ -8,6 +8,8 @@ from django.utils.dateparse import parse_datetime
 
 from controlplane.definitions.models import BatchProgress, Run
 
+from . import state
+
 
 def store(run: Run, reports: list[dict]) -> None:
     """One row per batch; a retried request repeats batches already stored: ignored."""
@@ -15,10 +17,14 @@ def store(run: Run, reports: list[dict]) -> None:
 
 
 def store_many(reports: list[tuple[Run, list[dict]]]) -> None:
-    """`store` for many runs' reports, in one statement."""
-    rows = [_progress_row(run, p) for run, batches in reports for p in batches]
+    """`store` for many runs' reports, in one statement (and, for batches of stateful
+    operators, their state: `controlplane.observability.state`)."""
+    pairs = [(run, p) for run, batches in reports for p in batches]
+    rows = [_progress_row(run, p) for run, p in pairs]
     if rows:
         BatchProgress.objects.bulk_create(rows, ignore_conflicts=True)
+        # reported_at was set on each row as it was inserted (auto_now_add).
+        state.store([(run, p, row.reported_at) for (run, p), row in zip(pairs, rows, strict=True)])
 
 
 def _progress_row(run: Run, p: dict) -> BatchProgress:
@@ -43,7 +49,8 @@ def _progress_row(run: Run, p: dict) -> BatchProgress:
 
 def _total(operators: list[dict], key: str) -> int | None:
     values = [o[key] for o in operators if isinstance(o.get(key), int)]
-    return sum(values) if values else None
+    total = sum(values)
+    return total if values and total < 2**63 else None  # (a BIGINT column)
 
 
 def _watermark(event_time: dict):

@@ -1,6 +1,7 @@
-"""Keeping progress history bounded: raw batch progress for a while, then hourly roll-ups,
-then nothing. Runs from a beat task; idempotent (rolling up twice adds nothing twice: the
-raw rows rolled up are deleted in the same transaction)."""
+"""Keeping progress history bounded: raw batch progress (and the stateful operators'
+samples that came with it) for a while, then hourly roll-ups, then nothing. Runs from a beat
+task; idempotent (rolling up twice adds nothing twice: the raw rows rolled up are deleted in
+the same transaction)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from django.db import transaction
 from django.db.models import Count, Max, Sum
 from django.db.models.functions import Coalesce, TruncHour
 
-from controlplane.definitions.models import BatchProgress, LagSample, ProgressRollup
+from controlplane.definitions.models import BatchProgress, LagSample, ProgressRollup, StateRollup
+
+from . import state
 
 log = logging.getLogger("controlplane.retention")
 
@@ -51,18 +54,25 @@ def compact_progress(now: datetime) -> dict:
             rolled += b["batches"]
         deleted, _ = old.delete()
         expired, _ = ProgressRollup.objects.filter(bucket_start__lt=rollup_cutoff).delete()
+        state_rolled = state.rollup(raw_cutoff)
+        state_expired, _ = StateRollup.objects.filter(bucket_start__lt=rollup_cutoff).delete()
     sample_cutoff = now - timedelta(hours=settings.CONTROLPLANE_LAG_SAMPLE_HOURS)
     samples, _ = LagSample.objects.filter(at__lt=sample_cutoff).delete()
-    if rolled or expired or samples:
+    if rolled or expired or samples or state_rolled or state_expired:
         log.info(
-            "progress: %s raw rows rolled up, %s old roll-ups dropped, %s lag samples dropped",
+            "progress: %s raw rows rolled up, %s old roll-ups dropped, %s lag samples dropped; "
+            "state: %s samples rolled up, %s old roll-ups dropped",
             rolled,
             expired,
             samples,
+            state_rolled,
+            state_expired,
         )
     return {
         "rolled_up": rolled,
         "deleted": deleted,
         "expired_rollups": expired,
         "expired_lag_samples": samples,
+        "state_rolled_up": state_rolled,
+        "expired_state_rollups": state_expired,
     }
