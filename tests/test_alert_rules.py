@@ -8,6 +8,7 @@ import pytest
 
 from controlplane.alerting import rules
 from controlplane.alerting.rules import ControlPlaneFacts, Facts, Open, holds, step
+from controlplane.alerting.state_growth import OperatorSeries, Sample
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
@@ -18,6 +19,19 @@ def ago(**kw) -> datetime:
 
 def facts(**kw) -> Facts:
     return Facts(**{"status": "running", "desired_state": "running", **kw})
+
+
+def operator(index: int, name: str, rows_at, hours: float = 7) -> OperatorSeries:
+    """Samples every 5 minutes over the last `hours`, rows_at(hours ago), 100 bytes a row."""
+    samples = []
+    for i in range(int(hours * 12) + 1):
+        rows = round(rows_at(hours - i / 12))
+        samples.append(Sample(ago(hours=hours) + timedelta(minutes=5 * i), rows, rows * 100))
+    return OperatorSeries(index, name, tuple(samples))
+
+
+GROWING = operator(0, "stateStoreSave", lambda hours_ago: 50_000 - 4_000 * hours_ago)
+BOUNDED = operator(1, "dedupe", lambda hours_ago: 500 + 400 * ((hours_ago % 0.5) / 0.5))
 
 
 @pytest.mark.parametrize(
@@ -97,6 +111,16 @@ def facts(**kw) -> Facts:
         ),
         ("data-loss", {"below": 900}, facts(data_loss_seconds=1200), None),
         ("data-loss", {"below": 900}, facts(), None),
+        (
+            "state-growth",
+            {"hours": 6},
+            facts(state=(GROWING, BOUNDED)),
+            "state grows without bound over the last 6 h: operator 0 (stateStoreSave): "
+            "+4,000 rows/h, +390.6 KB/h (50,000 rows now)",
+        ),
+        ("state-growth", {"hours": 6}, facts(state=(BOUNDED,)), None),
+        ("state-growth", {"hours": 6}, facts(), None),  # no state at all
+        ("state-growth", {"hours": 12}, facts(state=(GROWING,)), None),  # only 7 h known
     ],
 )
 def test_each_kind_says_why_it_holds(kind, params, given, expected):
@@ -128,6 +152,8 @@ def test_the_control_plane_rule_watches_the_tick_and_the_collector():
         ("lag-seconds", {"above": True}, "lag-seconds needs above (a number)"),
         ("lag-seconds", {"above": -1}, "above must not be negative"),
         ("gave-up", {"minutes": 3}, "gave-up takes no parameters; not minutes"),
+        ("state-growth", {"hours": 0}, "hours must be more than 0"),
+        ("state-growth", {}, "state-growth needs hours (a number)"),
     ],
 )
 def test_bad_parameters_are_named(kind, params, problem):

@@ -21,8 +21,9 @@ from controlplane.definitions.models import (
     Run,
 )
 
-from . import rules
+from . import rules, state
 from .models import Alert, AlertDelivery, AlertRule, AlertState
+from .state_growth import assess
 
 log = logging.getLogger("controlplane.alerting")
 
@@ -63,18 +64,23 @@ def _subjects(rule: AlertRule, facts: dict, plane, now: datetime):
     if rule.kind == "control-plane":
         yield rules.CONTROL_PLANE, None, rules.control_plane_holds(rule.params, plane, now)
         return
-    wanted = None
+    for pipeline_id, (name, pipeline_facts, labels) in facts.items():
+        if applies(rule, pipeline_id, labels):
+            yield name, pipeline_id, rules.holds(rule.kind, rule.params, pipeline_facts, now)
+
+
+def applies(rule: AlertRule, pipeline_id: int, labels: dict) -> bool:
+    """Whether a pipeline rule is about this pipeline: the one it names, the pipelines
+    carrying its label, or every pipeline."""
+    if rule.pipeline_id is not None and rule.pipeline_id != pipeline_id:
+        return False
     if rule.label:
         try:
-            wanted = services.parse_selector(rule.label)
+            key, value = services.parse_selector(rule.label)
         except services.Invalid:
-            return  # a label no pipeline can carry (the API refuses to store one)
-    for pipeline_id, (name, pipeline_facts, labels) in facts.items():
-        if rule.pipeline_id is not None and rule.pipeline_id != pipeline_id:
-            continue
-        if wanted is not None and labels.get(wanted[0]) != wanted[1]:
-            continue
-        yield name, pipeline_id, rules.holds(rule.kind, rule.params, pipeline_facts, now)
+            return False  # a label no pipeline can carry (the API refuses to store one)
+        return (labels or {}).get(key) == value
+    return True
 
 
 def _apply(rule, subject, pipeline_id, message, alert, now, summary) -> None:
@@ -166,6 +172,14 @@ def _pipeline_facts(
             "pipeline_id", "lag_records", "lag_seconds", "backpressure", "data_loss_seconds"
         )
     }
+    growth = [r for r in enabled if r.kind == "state-growth" and _hours(r) is not None]
+    series = {}
+    if growth:
+        # Only the pipelines the rules are about, when every rule names one.
+        named = {r.pipeline_id for r in growth}
+        series = state.series(
+            now, [timedelta(hours=_hours(r)) for r in growth], None if None in named else named
+        )
     latest_run = {}
     for run in (
         Run.objects.order_by("pipeline_id", "-generation")
@@ -200,10 +214,44 @@ def _pipeline_facts(
                 failures_at=failures.get(pipeline_id, []),
                 rolled_back_at=rolled_at,
                 rolled_back_note=note,
+                state=series.get(pipeline_id, ()),
             ),
             labels or {},
         )
     return out
+
+
+def _hours(rule: AlertRule) -> float | None:
+    hours = (rule.params or {}).get("hours")
+    if isinstance(hours, bool) or not isinstance(hours, int | float) or hours <= 0:
+        return None  # the API refuses such parameters; a rule stored otherwise is skipped
+    return float(hours)
+
+
+def state_growth(pipeline: Pipeline, now: datetime) -> dict:
+    """For the pipeline page: its operators' growth over the window of the state-growth
+    rules about it (the longest; DEFAULT_HOURS without one), and what each of those rules
+    says now (only the ones that hold)."""
+    about = [
+        r
+        for r in AlertRule.objects.filter(kind="state-growth", enabled=True).order_by("name")
+        if _hours(r) is not None and applies(r, pipeline.pk, pipeline.labels)
+    ]
+    hours = max((_hours(r) for r in about), default=state.DEFAULT_HOURS)
+    windows = [timedelta(hours=h) for h in {hours, *(_hours(r) for r in about)}]
+    found = state.series(now, windows, [pipeline.pk]).get(pipeline.pk, ())
+    facts = rules.Facts(status=pipeline.status, desired_state=pipeline.desired_state, state=found)
+    holding = []
+    for rule in about:
+        message = rules.holds(rule.kind, rule.params, facts, now)
+        if message:
+            holding.append({"rule": rule.name, "message": message})
+    window = timedelta(hours=hours)
+    return {
+        "hours": hours,
+        "trends": {s.operator: assess(s.samples, now, window) for s in found},
+        "holding": holding,
+    }
 
 
 def _control_plane_facts() -> rules.ControlPlaneFacts:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from .state_growth import OperatorSeries, assess
+
 # kind: (parameters it takes, what it watches). Parameters are numbers.
 KINDS: dict[str, tuple[tuple[str, ...], str]] = {
     "gave-up": ((), "the pipeline's restart policy gave up (status failed)"),
@@ -28,6 +30,10 @@ KINDS: dict[str, tuple[tuple[str, ...], str]] = {
     "rolled-back": (
         ("minutes",),
         "a bad deploy was rolled back automatically within the last N minutes",
+    ),
+    "state-growth": (
+        ("hours",),
+        "a stateful operator's state kept growing over the last N hours, without levelling off",
     ),
     "control-plane": (
         ("minutes",),
@@ -53,6 +59,8 @@ class Facts:
     failures_at: list[datetime] = field(default_factory=list)  # recent failures' times
     rolled_back_at: datetime | None = None  # its last automatic rollback
     rolled_back_note: str = ""
+    # Its stateful operators' rows and sizes over the longest state-growth window.
+    state: tuple[OperatorSeries, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,8 @@ def params_problem(kind: str, params: dict) -> str | None:
             return f"{kind} needs {name} (a number)"
         if value < 0:
             return f"{name} must not be negative"
+    if kind == "state-growth" and params["hours"] <= 0:
+        return "hours must be more than 0"
     return None
 
 
@@ -143,6 +153,17 @@ def holds(kind: str, params: dict, facts: Facts, now: datetime) -> str | None:
         if at is not None and now - at <= timedelta(minutes=params["minutes"]):
             return facts.rolled_back_note or "rolled back automatically"
         return None
+    if kind == "state-growth":
+        window = timedelta(hours=params["hours"])
+        growing = []
+        for series in facts.state:
+            trend = assess(series.samples, now, window)
+            if trend.unbounded:
+                growing.append(f"{series.label}: {trend.rates()} ({trend.rows_now:,} rows now)")
+        if not growing:
+            return None
+        which = "; ".join(growing)
+        return f"state grows without bound over the last {params['hours']:g} h: {which}"
     raise ValueError(f"not a pipeline rule: {kind}")
 
 

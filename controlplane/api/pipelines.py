@@ -4,6 +4,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.http import StreamingHttpResponse
 from django.utils import timezone
@@ -16,9 +17,10 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from controlplane.accounts.roles import OPERATOR
+from controlplane.alerting import state as state_facts
 from controlplane.definitions import services
 from controlplane.definitions.models import DEDICATED, AuditEntry, Pipeline, RestorePoint
-from controlplane.observability import dead_letters, metrics
+from controlplane.observability import dead_letters, metrics, state
 from controlplane.supervision import controls, offsets, restore_points, tasks
 from jobs.spec import SpecError
 
@@ -522,8 +524,12 @@ class PipelineViewSet(viewsets.ModelViewSet):
         """Figures: checkpoint progress, Kafka lag (records, seconds, status, per partition),
         backpressure (level, busy ratio) and throughput, as the metrics collector last
         computed them (every CONTROLPLANE_COLLECT_SECONDS): `collected_at` and `age_seconds`
-        say how fresh they are. `status` is the pipeline's current status."""
-        return Response(metrics.stored(self.get_object(), timezone.now()))
+        say how fresh they are. `status` is the pipeline's current status. `state`: each
+        stateful operator's figures as of the last batch reported (empty without state)."""
+        pipeline = self.get_object()
+        return Response(
+            {**metrics.stored(pipeline, timezone.now()), "state": state.current_of(pipeline)}
+        )
 
     @extend_schema(
         parameters=[
@@ -537,18 +543,59 @@ class PipelineViewSet(viewsets.ModelViewSet):
         still kept raw, per hour (roll-ups) before that; `lag`, the metrics collector's lag
         samples (records and seconds, also while the job was down)."""
         pipeline = self.get_object()
-        raw = request.query_params.get("since")
-        since = parse_datetime(raw) if raw else timezone.now() - timedelta(hours=1)
-        if since is None or since.tzinfo is None:
-            return Response(
-                {"since": [f"must be an ISO 8601 time with a UTC offset; got {raw!r}"]},
-                status=status.HTTP_400_BAD_REQUEST,
-            )
+        since = _since(request)
         return Response(
             {
                 "since": since,
                 "points": metrics.history(pipeline, since),
                 "lag": metrics.lag_history(pipeline, since),
+            }
+        )
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("since", OpenApiTypes.DATETIME, description="default: 1 h ago"),
+            OpenApiParameter(
+                "hours",
+                OpenApiTypes.NUMBER,
+                description=f"the growth trend's window (default {state_facts.DEFAULT_HOURS:g})",
+            ),
+        ],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    @action(detail=True, methods=["get"], url_path="metrics/state")
+    def metrics_state(self, request, name: str | None = None) -> Response:
+        """The stateful operators' state (windowed aggregations, deduplication), one entry
+        per operator (its index in the query and Spark's operatorName; `store`: rocksdb or
+        hdfs, `size_in`: where `size_bytes` is, disk or memory): `current`, its figures as
+        of the last batch with the late rows dropped in all; `trend`, its growth over the
+        last `hours` (rows and bytes per hour, and whether it grows without bound); and
+        `points` since `since`, oldest first, per batch for the last 2,000 batches still kept
+        raw, per hour (means, maxima) before that. Empty for a pipeline without state."""
+        pipeline = self.get_object()
+        since = _since(request)
+        hours = _hours(request)
+        now = timezone.now()
+        operators: dict[int, dict] = {}
+        for entry in state.history(pipeline, since):
+            operators[entry["operator"]] = {**entry, "current": None, "trend": None}
+        for current in state.current_of(pipeline):
+            entry = operators.setdefault(current["operator"], {"points": [], "trend": None})
+            entry.update(
+                operator=current["operator"],
+                name=current["name"],
+                store=current["store"],
+                size_in=current["size_in"],
+                current=current,
+            )
+        for index, trend in state_facts.trends(pipeline.pk, now, hours).items():
+            if index in operators:
+                operators[index]["trend"] = trend.as_dict()
+        return Response(
+            {
+                "since": since,
+                "hours": hours,
+                "operators": [operators[i] for i in sorted(operators)],
             }
         )
 
@@ -596,6 +643,32 @@ class PipelineViewSet(viewsets.ModelViewSet):
                 status=status.HTTP_404_NOT_FOUND,
             )
         return Response(PipelineVersionSerializer(row).data)
+
+
+def _since(request):
+    raw = request.query_params.get("since")
+    since = parse_datetime(raw) if raw else timezone.now() - timedelta(hours=1)
+    if since is None or since.tzinfo is None:
+        raise ValidationError(
+            {"since": [f"must be an ISO 8601 time with a UTC offset; got {raw!r}"]}
+        )
+    return since
+
+
+def _hours(request) -> float:
+    raw = request.query_params.get("hours")
+    if raw is None:
+        return state_facts.DEFAULT_HOURS
+    longest = settings.CONTROLPLANE_PROGRESS_ROLLUP_DAYS * 24
+    try:
+        hours = float(raw)
+    except ValueError:
+        hours = None
+    if hours is None or not 0 < hours <= longest:
+        raise ValidationError(
+            {"hours": [f"must be a number of hours above 0, at most {longest:g}"]}
+        )
+    return hours
 
 
 class AuditViewSet(viewsets.ReadOnlyModelViewSet):

@@ -23,6 +23,7 @@ from controlplane.definitions.models import (
 )
 
 from . import metrics
+from . import state as state_figures
 
 LEVELS = {"ok": 0, "low": 1, "high": 2}
 LAG_STATUSES = ("ok", "lagging", "stalled", "stopped")
@@ -63,6 +64,34 @@ FAMILIES = [
         "cp_pipeline_placement_info",
         "gauge",
         "1: where the pipeline runs (placement as defined; application of its current run)",
+    ),
+    (
+        "cp_state_rows",
+        "gauge",
+        "rows a stateful operator holds in its state store, as of the last batch (numRowsTotal)",
+    ),
+    (
+        "cp_state_memory_bytes",
+        "gauge",
+        "memory a stateful operator's state store uses, as of the last batch (memoryUsedBytes)",
+    ),
+    (
+        "cp_state_disk_bytes",
+        "gauge",
+        "size on disk of a RocksDB state store's SST files, as of the last batch "
+        "(rocksdbSstFileSize); none for Spark's default HDFS-backed store, which holds its "
+        "state in memory (cp_state_memory_bytes)",
+    ),
+    (
+        "cp_state_commit_ms",
+        "gauge",
+        "how long the last batch's commit of a stateful operator's state took (commitTimeMs)",
+    ),
+    (
+        "cp_state_rows_dropped_by_watermark_total",
+        "counter",
+        "late rows a stateful operator dropped as older than the watermark, summed over "
+        "every batch reported (numRowsDroppedByWatermark)",
     ),
     ("cp_application_up", "gauge", "1 if the shared Spark application is running"),
     ("cp_application_status", "gauge", "1 for the shared application's current status"),
@@ -105,9 +134,11 @@ class StoredFigures:
         )
         stored = {f.pipeline_id: f for f in PipelineFigures.objects.all()}
         latest = metrics.latest_batches(stored)
+        names = {}
         for pipeline in Pipeline.objects.order_by("name").only(
             "id", "name", "status", "placement", "restarts", "attempt"
         ):
+            names[pipeline.pk] = pipeline.name
             who = {"pipeline": pipeline.name}
             where = {"placement": pipeline.placement, "application": placed.get(pipeline.pk, "")}
             add("cp_pipeline_placement_info", {**who, **where}, 1)
@@ -140,6 +171,7 @@ class StoredFigures:
             add("cp_processed_rows_per_second", who, throughput["processed_rows_per_second"])
             add("cp_last_commit_age_seconds", who, figures["checkpoint"]["age_seconds"])
             add("cp_last_batch_id", who, figures["checkpoint"]["last_batch_id"])
+        _state(add, names, state_figures.current(names))
         _applications(add)
         state = ReconcilerState.objects.filter(id=1).first()
         if state and state.last_tick_at:
@@ -167,6 +199,27 @@ def exposition(now, *more) -> bytes:
     for collector in more:
         registry.register(collector)
     return generate_latest(registry)
+
+
+def _state(add, names: dict[int, str], operators: dict) -> None:
+    """Each stateful operator's latest figures (StateOperator: one row each, whatever the
+    batch rate), labelled by pipeline, operator (its index in the query), operator_name
+    (Spark's) and store (rocksdb, hdfs)."""
+    for pipeline_id, rows in sorted(operators.items(), key=lambda item: names[item[0]]):
+        for row in rows:
+            labels = {
+                "pipeline": names[pipeline_id],
+                "operator": str(row.operator),
+                "operator_name": row.name,
+                "store": row.store or "unknown",
+            }
+            latest = row.latest
+            add("cp_state_rows", labels, latest.get("rows"))
+            add("cp_state_memory_bytes", labels, latest.get("memory_bytes"))
+            if state_figures.size_in(row.store) == "disk":
+                add("cp_state_disk_bytes", labels, latest.get("size_bytes"))
+            add("cp_state_commit_ms", labels, latest.get("commit_ms"))
+            add("cp_state_rows_dropped_by_watermark_total", labels, row.rows_dropped_total)
 
 
 def _applications(add) -> None:

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_POST
 from controlplane import health
 from controlplane.accounts.decorators import role_required
 from controlplane.accounts.roles import OPERATOR, VIEWER, has_role
+from controlplane.alerting import engine as alerting
 from controlplane.connections.masking import known_secrets, mask
 from controlplane.definitions import services
 from controlplane.definitions.models import (
@@ -25,7 +26,7 @@ from controlplane.definitions.models import (
     RestorePoint,
     RunState,
 )
-from controlplane.observability import dead_letters, metrics
+from controlplane.observability import dead_letters, metrics, state
 from controlplane.supervision import controls, offsets, restore_points, tasks
 from controlplane.supervision.explain import summarize
 from jobs.spec import SpecError
@@ -108,6 +109,7 @@ def pipeline_page(request, name: str):
             "versions": versions,
             "restore_points": _restore_points(pipeline),
             **_offsets(pipeline),
+            **_state(pipeline, now),
             "spec_json": json.dumps(pipeline.spec, indent=2, sort_keys=True),
             "dead_letter_topic": _dead_letter_topic(pipeline.spec),
             "dead_letter_dir": dead_letters.files_dead_letters_dir(pipeline),
@@ -121,6 +123,25 @@ def pipeline_page(request, name: str):
             ),
         },
     )
+
+
+def _state(pipeline: Pipeline, now) -> dict:
+    """The stateful operators as of the last batch, each with its growth over the window of
+    the state-growth rules about the pipeline, and what those rules say (only for a pipeline
+    that keeps state)."""
+    operators = state.current_of(pipeline)
+    if not operators:
+        return {"state_operators": []}
+    growth = alerting.state_growth(pipeline, now)
+    for operator in operators:
+        trend = growth["trends"].get(operator["operator"])
+        operator["trend"] = trend
+        operator["growth"] = trend.rates() if trend else "—"
+    return {
+        "state_operators": operators,
+        "state_hours": growth["hours"],
+        "state_growth": growth["holding"],
+    }
 
 
 def _dead_letter_topic(spec: dict) -> str | None:
