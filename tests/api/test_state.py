@@ -34,7 +34,9 @@ ROCKSDB = {
     "numRowsDroppedByWatermark": 7,
     "numShufflePartitions": 4,
     "numStateStoreInstances": 4,
+    # As Spark 4 reports them (and more rocksdb* metrics), captured from a real query.
     "customMetrics": {
+        "SnapshotLastUploaded.partition_0_default": 4,
         "rocksdbSstFileSize": 9_000_000,
         "rocksdbCommitCheckpointLatency": 6,
         "rocksdbCommitFlushLatency": 2,
@@ -51,6 +53,8 @@ HDFS = {
     "memoryUsedBytes": 60_000,
     "numRowsDroppedByWatermark": 2,
     "customMetrics": {
+        "SnapshotLastUploaded.partition_0_default": -1,  # not read: may be negative
+        "forceSnapshotCount": 0,
         "loadedMapCacheHitCount": 12,
         "loadedMapCacheMissCount": 0,
         "stateOnCurrentVersionSizeBytes": 21_000,
