@@ -357,14 +357,18 @@ class BatchWriter:
         (Dataset.observe).
 
         Each DataFrame step is analysed at once, at a few milliseconds a step, and a batch of
-        200 rows takes ~150 ms in all: so as few steps as can be, their columns built once."""
+        200 rows takes ~150 ms in all: so as few steps as can be, their columns built once.
+        A stateful pipeline's batch (its transform already applied: stateful_frame) is
+        written through the stage: as with a transform, the rows that parsed, BAD counted."""
         columns, count, good, named = self._observed_parts()
-        if not self.transform:
+        stateful = self.config.spec.stateful  # staged: the rows that parsed, BAD counted
+        if not self.transform and not stateful:
             return None, parsed.select(*columns)
         name = f"cp_unparsed_{batch_id}"
-        parsed.select(*columns).observe(name, count).where(good).select(
-            *named
-        ).createOrReplaceTempView("source")
+        out = parsed.select(*columns).observe(name, count).where(good).select(*named)
+        if not self.transform:
+            return name, out
+        out.createOrReplaceTempView("source")
         return name, parsed.sparkSession.sql(self.transform.sql)
 
     def _observed_parts(self) -> tuple:
@@ -440,7 +444,9 @@ class BatchWriter:
             # The same query every batch: whether it shuffles and its columns are learnt
             # once (each costs a round trip to the JVM and an analysis).
             self._plan = {
-                "shuffles": shuffles(out),
+                # A stateful pipeline's batch is cached (StatefulBatches), which hides the
+                # plan's shuffles: its output always goes through the stage.
+                "shuffles": self.config.spec.stateful or shuffles(out),
                 "columns": [c for c in out.columns if c != BAD],
                 "nested": _nested(out),
             }
@@ -518,7 +524,9 @@ class BatchWriter:
             good.createOrReplaceTempView("source")
             transform = self.transform
             out = batch.sparkSession.sql(transform.sql) if transform else good
-            direct = self.sink.mode == "append" and not shuffles(out)
+            direct = (
+                self.sink.mode == "append" and not self.config.spec.stateful and not shuffles(out)
+            )
             done = (
                 self.jvm.write(for_jvm(out), batch_id, out.columns) if direct and self.jvm else None
             )
@@ -874,6 +882,24 @@ class SinksWriter:
             writer(parsed_only, batch_id)
 
 
+class StatefulBatches:
+    """The foreachBatch function of a stateful pipeline: the batch is cached while its
+    writers write it, so that its stateful operators run once per batch whatever the
+    writers do (several sinks, dead letters read again): each run of them commits the
+    batch's state version again and adds to its metrics (rows dropped by the watermark...)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.writers = getattr(inner, "writers", [inner])
+
+    def __call__(self, batch, batch_id: int) -> None:
+        batch = batch.persist()
+        try:
+            self.inner(batch, batch_id)
+        finally:
+            batch.unpersist()
+
+
 def writer_class(sink) -> type[BatchWriter]:
     return {"kafka": KafkaBatchWriter, "files": FilesBatchWriter}.get(sink.kind, BatchWriter)
 
@@ -881,8 +907,10 @@ def writer_class(sink) -> type[BatchWriter]:
 def batch_writer(config: RunConfig, partitions: int):
     """The foreachBatch function for the spec's sink or sinks."""
     if len(config.spec.all_sinks()) > 1:
-        return SinksWriter(config, partitions)
-    return writer_class(config.spec.sink)(config, partitions=partitions)
+        writer = SinksWriter(config, partitions)
+    else:
+        writer = writer_class(config.spec.sink)(config, partitions=partitions)
+    return StatefulBatches(writer) if config.spec.stateful else writer
 
 
 # Where a stateful pipeline keeps its state (the spec's state_store; None: RocksDB).

@@ -6,6 +6,7 @@ letters beside the stateful output, and the state store a checkpoint keeps."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,6 +25,7 @@ from jobs.pipeline import (
 )
 from jobs.spec import parse_spec
 from tests.kafka_helpers import new_topic, produce
+from tests.test_kafka_sink import read_committed
 from tests.test_pipeline_postgres import forget_last_commit
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -54,15 +56,23 @@ def deliveries(windows: range, couriers=("ann", "bob")) -> tuple[list[dict], dic
 
 
 def config_for(tmp_path: Path, topic: str, sink_dsn: str, spec: dict, name: str = "") -> RunConfig:
+    """The spec's run configuration: its sinks' clients by kind (files under tmp_path/lake)."""
     run_dir = tmp_path / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
+    client = {"bootstrap_servers": [pytest.kafka_bootstrap]}
+    clients = {
+        "postgres": {"postgres": {"conninfo": sink_dsn}},
+        "kafka": {"kafka": client},
+        "files": {"files": {"root": (tmp_path / "lake").as_uri()}},
+    }
     return RunConfig(
         pipeline=name or f"s-{uuid.uuid4().hex[:8]}",
         spec=parse_spec(spec),
-        kafka={"bootstrap_servers": [pytest.kafka_bootstrap]},
+        kafka=client,
         postgres={"conninfo": sink_dsn},
         checkpoint=str(tmp_path / "checkpoint"),
         run_dir=str(run_dir),
+        sink_configs=tuple(clients[s.get("kind", "postgres")] for s in spec.get("sinks", [])),
     )
 
 
@@ -76,11 +86,9 @@ def spec_for(topic: str, table: str, **extra) -> dict:
         "watermark": {"column": "ts", "delay_seconds": 30},
     }
     source.update(extra.pop("source", {}))
-    return {
-        "source": source,
-        "sink": extra.pop("sink", {"connection": "pg", "table": table}),
-        **extra,
-    }
+    if "sinks" not in extra:
+        extra.setdefault("sink", {"connection": "pg", "table": table})
+    return {"source": source, **extra}
 
 
 @pytest.fixture(autouse=True)
@@ -106,6 +114,13 @@ def windows_in(dsn, table) -> dict:
     return {(int((s - BASE).total_seconds() // 60), c): n for s, c, n in rows}
 
 
+def finished_rows(spark, lake: Path) -> list:
+    """The rows of the files sink's finished files (none before the first)."""
+    if not any(p.suffix == ".json" for p in lake.rglob("part-*")):
+        return []
+    return spark.read.json(str(lake)).collect()
+
+
 def dropped_by_watermark(query) -> int:
     return sum(
         op.get("numRowsDroppedByWatermark", 0)
@@ -121,7 +136,19 @@ def test_finished_windows_are_written_once_and_late_records_are_dropped_and_coun
     records, counts = deliveries(range(5))
     produce(kafka_bootstrap, topic, [*records, MALFORMED], partitions=2)
     table = f"w_{uuid.uuid4().hex[:8]}"
-    spec = spec_for(topic, table, transform={"sql": TUMBLING, "output_mode": "append"})
+    lake = {
+        "kind": "files",
+        "connection": "lake",
+        "path": "windows",
+        "format": "json",
+        "inactivity_seconds": 0.5,
+    }
+    spec = spec_for(
+        topic,
+        table,
+        transform={"sql": TUMBLING, "output_mode": "append"},
+        sinks=[{"connection": "pg", "table": table}, lake],
+    )
     config = config_for(tmp_path, topic, sink_dsn, spec)
     drain(spark, config)
     # The watermark is the latest record's time (4:16) less 30 s: windows 0-2 are finished.
@@ -151,6 +178,20 @@ def test_finished_windows_are_written_once_and_late_records_are_dropped_and_coun
     assert {k: v for k, v in found.items() if k[0] < 5} == counts
     assert found.get((9, "ann")) == 1  # finished by minute 12's watermark (11:30)
     assert (12, "bob") not in found
+    # The files sink beside it: each finished window once, in finished files (the last
+    # ones rolled after a second without rows, while the pipeline runs).
+    lake_dir = tmp_path / "lake" / "windows"
+    query = start_query(spark, config)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(finished_rows(spark, lake_dir)) < len(found):
+            time.sleep(0.5)
+    finally:
+        query.stop()
+    rows = finished_rows(spark, lake_dir)
+    in_files = {(r.window_start, r.courier): r.n for r in rows}
+    assert len(rows) == len(in_files) == len(found)
+    assert sorted(in_files.values()) == sorted(found.values())
 
 
 def test_update_output_upserts_running_counts_by_group_exactly_once_on_replay(
@@ -160,16 +201,27 @@ def test_update_output_upserts_running_counts_by_group_exactly_once_on_replay(
     first, _ = deliveries(range(3))
     produce(kafka_bootstrap, topic, first, partitions=2)
     table = f"u_{uuid.uuid4().hex[:8]}"
+    out, dead = new_topic(kafka_bootstrap), new_topic(kafka_bootstrap)
     spec = spec_for(
         topic,
         table,
         transform={"sql": TUMBLING, "output_mode": "update"},
-        sink={
-            "connection": "pg",
-            "table": table,
-            "mode": "upsert",
-            "key": ["window_start", "window_end", "courier"],
-        },
+        sinks=[
+            {
+                "connection": "pg",
+                "table": table,
+                "mode": "upsert",
+                "key": ["window_start", "window_end", "courier"],
+            },
+            # Kafka takes update output keyed by the group: a changelog of running counts.
+            {
+                "kind": "kafka",
+                "connection": "k",
+                "topic": out,
+                "dead_letter_topic": dead,
+                "key": "concat(courier, '@', window_start)",
+            },
+        ],
         state_store="hdfs",
         # 10 minutes late at most: every window of this test stays open.
         source={"watermark": {"column": "ts", "delay_seconds": 600}},
@@ -188,6 +240,12 @@ def test_update_output_upserts_running_counts_by_group_exactly_once_on_replay(
     assert windows_in(sink_dsn, table) == {k: 2 * n for k, n in counts.items()}
     (rows,) = fetch(sink_dsn, f'SELECT count(*) FROM "{table}"')[0]
     assert rows == len(counts)
+    # The changelog: per group, the counts after each batch that changed it, the replayed
+    # batch's once; the last is the count in the table.
+    latest = {}
+    for key, value, _ in read_committed(kafka_bootstrap, out):
+        latest[key] = json.loads(value)["n"]
+    assert sorted(latest.values()) == sorted(2 * n for n in counts.values())
 
     # The checkpoint keeps its store: asking for another is a definition error, not ignored.
     changed = config_for(tmp_path, topic, sink_dsn, {**spec, "state_store": "rocksdb"})
@@ -210,9 +268,7 @@ def test_deduplication_within_the_watermark_holds_across_restarts(
     spec = spec_for(topic, table, source={"deduplicate": {"key": ["id"]}})
     config = config_for(tmp_path, topic, sink_dsn, spec)
     drain(spark, config)
-    produce(
-        kafka_bootstrap, topic, [event(i, i / 100 + 0.5) for i in range(50, 150)], partitions=2
-    )
+    produce(kafka_bootstrap, topic, [event(i, i / 100 + 0.5) for i in range(50, 150)], partitions=2)
     drain(spark, config)
     rows = fetch(sink_dsn, f'SELECT id, count(*) FROM "{table}" GROUP BY id')
     assert dict(rows) == {f"e{i}": 1 for i in range(150)}
