@@ -3,10 +3,34 @@
 // collector sampled it (also while the job was down). A pipeline that keeps state also has
 // its operators' charts, from /metrics/state/: rows held, memory and size, late rows dropped
 // and commit times, per operator. Redrawn every 10 s.
+//
+// Every chart on the page has the same time axis, ending now: the last hour, or from the
+// first point of the page's figures when that is later (but at least the last 5 minutes),
+// so that a run of ten minutes fills the charts instead of their last sixth.
 (function () {
   "use strict";
   if (!window.uPlot) return;
   const HEIGHT = 180;
+  const HOUR = 3600;
+  const MIN_SPAN = 300;
+
+  const everyChart = [];  // every chart on the page
+  const firsts = {};  // per figures' source: the time of its first point (null: none)
+
+  function span() {
+    const now = Date.now() / 1000;
+    const known = Object.values(firsts).filter((x) => x != null);
+    const first = known.length ? Math.min(...known) : now - HOUR;
+    const from = Math.max(now - HOUR, Math.min(first, now - MIN_SPAN));
+    return [Math.max(now - HOUR, from - (now - from) * 0.01), now];
+  }
+
+  // A source's figures came: the time axis of every chart follows its first point.
+  function firstPoint(source, xs) {
+    firsts[source] = xs.length ? Math.min(...xs) : null;
+    const [min, max] = span();
+    everyChart.forEach((u) => u.setScale("x", { min, max }));
+  }
 
   function width(root) { return Math.max(280, Math.floor(root.clientWidth / 2) - 24); }
 
@@ -16,7 +40,19 @@
     const units = ["B", "KB", "MB", "GB", "TB"];
     let i = 0;
     while (Math.abs(value) >= 1024 && i < units.length - 1) { value /= 1024; i++; }
-    return `${i ? value.toFixed(1) : value.toFixed(0)} ${units[i]}`;
+    return `${i ? value.toFixed(1).replace(/\.0$/, "") : value.toFixed(0)} ${units[i]}`;
+  }
+  // A byte axis' steps: 1, 2, 5, 10, 20... of a unit (100 MB, not 95.4 MB).
+  const BYTE_STEPS = [];
+  for (let unit = 1; unit <= 2 ** 40; unit *= 1024) {
+    [1, 2, 5, 10, 20, 50, 100, 200, 500].forEach((m) => BYTE_STEPS.push(m * unit));
+  }
+
+  // 15,000, 2.5M: a count axis' labels fit it (the tables have the exact figures).
+  const COMPACT = new Intl.NumberFormat("en", { notation: "compact", maximumFractionDigits: 1 });
+  function count(value) {
+    if (value == null) return "";
+    return Math.abs(value) >= 1e5 ? COMPACT.format(value) : value.toLocaleString("en");
   }
 
   function columns(points, series) {
@@ -24,17 +60,23 @@
     return [xs, ...series.map(([key]) => points.map((p) => p[key]))];
   }
 
-  // One chart in `root`, always showing the last hour, whatever few points there are.
+  // One chart in `root`, on the page's time axis (`span`), whatever few points there are.
+  // Its figure holds it (`figure.uplot`: tests read what a chart draws).
   function plot(root, chart, data) {
     const box = document.createElement("figure");
     box.className = "chart";
     root.appendChild(box);
-    return new uPlot({
+    const u = new uPlot({
       title: chart.title, width: width(root), height: HEIGHT,
-      scales: { x: { time: true, range: () => { const now = Date.now() / 1000; return [now - 3600, now]; } } },
+      scales: { x: { time: true, range: span } },
       series: [{}, ...chart.series.map(([, label, stroke]) => ({ label, stroke, width: 1.5, spanGaps: true, ...(chart.bytes ? { value: (u, v) => bytes(v) } : {}) }))],
-      axes: [{}, chart.bytes ? { size: 70, values: (u, splits) => splits.map(bytes) } : { size: 60 }],
+      axes: [{}, chart.bytes
+        ? { size: 70, incrs: BYTE_STEPS, values: (u, splits) => splits.map(bytes) }
+        : { size: 60, values: (u, splits) => splits.map(count) }],
     }, data, box);
+    box.uplot = u;
+    everyChart.push(u);
+    return u;
   }
 
   // Fetch `url` (since an hour ago) now and every 10 s, handing the answer to `draw`.
@@ -66,6 +108,7 @@
         const data = columns(chart.source === "lag" ? body.lag : body.points, chart.series);
         if (plots[i]) plots[i].setData(data); else plots[i] = plot(root, chart, data);
       });
+      firstPoint("history", [...body.points, ...body.lag].map((p) => Date.parse(p.at) / 1000));
     }, () => plots);
   }
 
@@ -93,6 +136,7 @@
           if (plots[key]) plots[key].setData(data); else plots[key] = plot(stateRoot, chart, data);
         });
       });
+      firstPoint("state", drawn.flatMap((op) => op.points.map((p) => Date.parse(p.at) / 1000)));
     }, () => Object.values(plots));
   }
 })();
