@@ -343,7 +343,8 @@ class BatchWriter:
         if self.jvm is not None and not self.unparsed_before:
             done = self._observed_pass(parsed, batch_id)
         batch = None if done else parsed.select(*self.one_pass_columns())
-        if done is None and append and transform is None:
+        # (Never a stateful batch: its output goes through the stage, whichever path.)
+        if done is None and append and transform is None and not self.config.spec.stateful:
             done = self._single_pass(batch, batch_id)
         rows, dead, how = done or self._cached(batch, batch_id)
         self.unparsed_before = dead > 0
@@ -866,8 +867,9 @@ class SinksWriter:
     batch in turn, exactly once with markers of its own; the first fails the batch (and the
     run) if it fails, the others are not tried, and a replayed batch is skipped by the sinks
     that committed it. Each reads the batch's records from Kafka (not cached: the writers'
-    markers follow the Kafka offset ranges, which a cache would hide). The dead letters go
-    with the first sink only: the others get the records that parsed."""
+    markers follow the Kafka offset ranges, which a cache would hide; a stateful pipeline's
+    batch is cached, by StatefulBatches, and staged). The dead letters go with the first
+    sink only: the others get the records that parsed."""
 
     def __init__(self, config: RunConfig, partitions: int = 2):
         self.writers = [
@@ -941,7 +943,9 @@ def use_state_store(spark, config: RunConfig) -> None:
     from .checkpoints import planned_conf
 
     wanted = STATE_STORE_PROVIDERS[state_store(config.spec)]
-    kept = planned_conf(config.checkpoint).get(STATE_STORE_CONF)
+    # (Spark records a provider for stateless queries too: only state is kept in one.)
+    has_state = (Path(config.checkpoint) / "state").is_dir()
+    kept = planned_conf(config.checkpoint).get(STATE_STORE_CONF) if has_state else None
     if kept and kept != wanted:
         names = {v: k for k, v in STATE_STORE_PROVIDERS.items()}
         raise StateStoreError(
@@ -991,6 +995,13 @@ def stateful_frame(spark, parsed, spec: PipelineSpec):
     return rows.unionByName(letters), names
 
 
+def source_reads(spec: PipelineSpec) -> int:
+    """How many times each batch reads its Kafka offsets: twice for a stateful pipeline (the
+    records into the state, the unparsed ones as dead letters: the two halves of
+    stateful_frame's union), which Spark counts twice in the batch's input rows."""
+    return 2 if spec.stateful else 1
+
+
 def start_query(spark, config: RunConfig, *, available_now: bool = False):
     for key, value in ARROW_SESSION_CONF.items():
         spark.conf.set(key, value)
@@ -999,7 +1010,13 @@ def start_query(spark, config: RunConfig, *, available_now: bool = False):
     # Shuffles (a transform's GROUP BY) into as many partitions as the batch's input, not
     # Spark's 200: a small batch then runs a few tasks, not 200. Spark keeps the value a
     # checkpoint was started with in its offset log, so this changes only new checkpoints.
-    spark.conf.set("spark.sql.shuffle.partitions", str(pin.min_partitions))
+    # A stateful pipeline's state is kept in that many partitions for good: at least the
+    # application's cores, so that a member of a shared application (1 input partition by
+    # default) does not keep all its state in one store.
+    shuffle = pin.min_partitions
+    if config.spec.stateful:
+        shuffle = max(shuffle, spark.sparkContext.defaultParallelism)
+    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle))
     raw = source_frame(spark, config, pin)
     frame, columns = parsed_frame(raw, config.spec), None
     if config.spec.stateful:

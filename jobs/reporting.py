@@ -238,6 +238,31 @@ class SharedChannel:
             item["done"].set()
 
 
+_ROW_COUNTS = ("numInputRows", "inputRowsPerSecond", "processedRowsPerSecond")
+
+
+def per_read(progress: dict, reads: int) -> dict:
+    """A batch's progress with its input row counts and rates divided by the number of times
+    the batch read its source (so that they count records, not reads)."""
+    if reads == 1:
+        return progress
+    out = {**progress, **_divided(progress, reads)}
+    if isinstance(progress.get("sources"), list):
+        out["sources"] = [
+            {**s, **_divided(s, reads)} if isinstance(s, dict) else s for s in progress["sources"]
+        ]
+    return out
+
+
+def _divided(part: dict, reads: int) -> dict:
+    out = {}
+    for name in _ROW_COUNTS:
+        value = part.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[name] = value // reads if isinstance(value, int) else value / reads
+    return out
+
+
 class ProgressPoller:
     """A query's batch progress, read from the query itself by the thread that waits on it
     (`jobs.run.wait`), and handed to `on_progress` callbacks in batch order, each once.
@@ -258,9 +283,13 @@ class ProgressPoller:
         on_idle: Callable[[], None] | None = None,
         *,
         idle_seconds: float = 5.0,
+        source_reads: int = 1,
     ):
         self.query = query
         self.on_progress = on_progress
+        # How many times each batch reads its source (jobs.pipeline.source_reads): Spark
+        # counts every read in the batch's input rows.
+        self.source_reads = source_reads
         self.on_idle = on_idle
         self.idle_seconds = idle_seconds
         self._last: tuple[int, str] | None = None  # (batchId, timestamp) handed on last
@@ -298,6 +327,7 @@ class ProgressPoller:
                 continue
             self._last = key
             handed += 1
+            progress = per_read(progress, self.source_reads)
             for callback in self.on_progress:
                 try:
                     callback(progress)

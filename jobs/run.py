@@ -23,7 +23,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
 from jobs.kafka import group_commit  # noqa: E402
-from jobs.pipeline import RunConfig, start_query  # noqa: E402
+from jobs.pipeline import RunConfig, source_reads, start_query  # noqa: E402
 from jobs.reporting import ProgressPoller, Reporter, SharedChannel  # noqa: E402
 from jobs.sinks import files  # noqa: E402
 
@@ -98,7 +98,8 @@ def serve(spark, run_dir: Path, config: RunConfig, channel: SharedChannel | None
         if mirror is not None:
             callbacks.append(group_commit.mirror(mirror, config.pipeline))
         on_idle = reporter.idle if reporter is not None else None
-        wait(query, run_dir, ProgressPoller(query, callbacks, on_idle))
+        reads = source_reads(config.spec)
+        wait(query, run_dir, ProgressPoller(query, callbacks, on_idle, source_reads=reads))
     finally:
         files.stop_rollers(config.pipeline)
         if reporter is not None:

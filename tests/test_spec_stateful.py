@@ -604,8 +604,9 @@ def test_a_group_item_that_is_no_output_column_is_named_without_a_column():
 
 
 def test_a_keyed_kafka_sink_takes_update_output():
-    made = parsed(spec(mode="update", sink={**KAFKA, "key": "courier"}))
-    assert (made.output_mode, made.sink.key) == ("update", "courier")
+    key = "concat(courier, '@', window_start)"
+    made = parsed(spec(mode="update", sink={**KAFKA, "key": key}))
+    assert (made.output_mode, made.sink.key) == ("update", key)
 
 
 def test_append_output_goes_to_any_sink():
@@ -613,13 +614,11 @@ def test_append_output_goes_to_any_sink():
         assert parsed(spec(mode="append", sink=sink)).output_mode == "append"
 
 
-def test_update_output_without_an_aggregation_still_needs_a_sink_that_takes_updates():
+def test_update_output_without_an_aggregation_goes_to_sinks_that_only_append():
+    """Without an aggregation, update output is each new row once, as in append."""
     rows = "SELECT id, courier, ts FROM source"
-    assert_refused(spec(sql=rows, mode="update", sink=FILES), {"sink.kind": "append output only"})
-    assert_refused(spec(sql=rows, mode="update", sink=POSTGRES), {"sink.mode": "must be upsert"})
-    # No GROUP BY: the upsert's key is not checked against one.
-    upsert = {**POSTGRES, "mode": "upsert", "key": ["id"]}
-    assert parsed(spec(sql=rows, mode="update", sink=upsert)).output_mode == "update"
+    for sink in (FILES, POSTGRES, KAFKA, {**POSTGRES, "mode": "upsert", "key": ["id"]}):
+        assert parsed(spec(sql=rows, mode="update", sink=sink)).output_mode == "update"
 
 
 def test_an_upsert_keyed_by_a_query_that_is_not_one_plain_select_is_left_to_spark():
@@ -640,7 +639,7 @@ def test_each_of_several_sinks_is_checked_under_its_own_path():
             KAFKA,
             {**POSTGRES, "table": "other"},
             {**UPSERT, "table": "good"},
-            {**KAFKA, "topic": "keyed", "key": "courier"},
+            {**KAFKA, "topic": "keyed", "key": "concat(courier, window_start)"},
         ],
     )
     assert_refused(
@@ -855,6 +854,70 @@ def test_a_global_session_window_is_refused_before_launch():
         "GROUP BY session_window(ts, '5 minutes')"
     )
     assert list(errors_of(spec(sql=sql))) == ["transform.sql"]
+
+
+# -- the review's cases: what Spark runs is accepted, what it cannot replay is refused ---------
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # GROUP BY ALL: the select list's items that do not aggregate.
+        "SELECT window(ts, '5 minutes') AS w, courier, count(*) AS n FROM source GROUP BY ALL",
+        # A name that is the event-time column groups by the column, not by the alias.
+        "SELECT date_trunc('minute', ts) AS ts, count(*) AS n FROM source GROUP BY ts",
+    ],
+)
+def test_groupings_spark_resolves_to_event_time_are_accepted(sql):
+    assert parsed(spec(sql=sql)).output_mode == "append"
+
+
+@pytest.mark.parametrize(
+    ("sql", "text"),
+    [
+        (PER_COURIER.replace("), courier", "), ROLLUP(courier)"), "ROLLUP, CUBE"),
+        (PER_COURIER.replace("), courier", "), CUBE(courier)"), "ROLLUP, CUBE"),
+        (PER_COURIER.replace("SELECT", "SELECT /*+ COALESCE(1) */"), "COALESCE"),
+        (PER_COURIER.replace("SELECT", "SELECT /*+ REPARTITION(4) */"), "REPARTITION"),
+        (PER_COURIER.replace("FROM source", "FROM source TABLESAMPLE (50 PERCENT)"), "sampling"),
+    ],
+)
+def test_shapes_a_replay_could_cut_differently_are_refused(sql, text):
+    assert_refused(spec(sql=sql), {"transform.sql": text})
+
+
+def test_a_kafka_key_of_update_output_must_use_every_group_item():
+    keyed = {**KAFKA, "key": "courier"}
+    assert_refused(
+        spec(mode="update", sink=keyed), {"sink.key": "does not use the GROUP BY item window"}
+    )
+    whole = {**KAFKA, "key": "concat(courier, '@', window_start)"}
+    assert parsed(spec(mode="update", sink=whole)).output_mode == "update"
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (
+            "[STATE_STORE_INVALID_CONFIG_AFTER_RESTART] Cannot change ...",
+            "a state the checkpoint cannot restore",
+        ),
+        ("[STATE_STORE_INVALID_STAMP] Invalid stamp ...", None),  # a zombie task: transient
+        (
+            "Detected pattern of possible 'correctness' issue due to global watermark. ...",
+            "a definition error (Spark refuses the stateful transform on a stream)",
+        ),
+        (
+            "[UNSUPPORTED_STREAMING_OPERATOR_WITHOUT_WATERMARK] ... is not supported for ...",
+            "a definition error (Spark refuses the stateful transform on a stream)",
+        ),
+        ("StateStoreError: state_store: the checkpoint's state is kept in", "a definition error"),
+    ],
+)
+def test_state_failures_are_permanent_or_not(error, kind):
+    from controlplane.supervision.restarts import classify
+
+    assert classify(error) == kind
 
 
 # -- docs/spec.md's examples --------------------------------------------------------------------

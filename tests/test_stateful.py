@@ -21,8 +21,10 @@ from jobs.pipeline import (
     STATE_STORE_PROVIDERS,
     RunConfig,
     StateStoreError,
+    source_reads,
     start_query,
 )
+from jobs.reporting import ProgressPoller
 from jobs.spec import parse_spec
 from tests.kafka_helpers import new_topic, produce
 from tests.test_kafka_sink import read_committed
@@ -172,6 +174,12 @@ def test_finished_windows_are_written_once_and_late_records_are_dropped_and_coun
     produce(kafka_bootstrap, topic, late, partitions=2)
     query = drain(spark, config)
     assert dropped_by_watermark(query) == 3
+    # Each batch reads its offsets twice (state, dead letters); the progress the job reports
+    # counts records: 3.
+    handed = []
+    ProgressPoller(query, [handed.append], source_reads=source_reads(config.spec)).poll()
+    assert sum(p["numInputRows"] for p in handed) == 3
+    assert sum(json.loads(p.json)["numInputRows"] for p in query.recentProgress) == 6
     produce(kafka_bootstrap, topic, [{"id": "y", "courier": "bob", "ts": at(12)}], partitions=2)
     drain(spark, config)
     found = windows_in(sink_dsn, table)

@@ -1,8 +1,9 @@
 """A 1-minute tumbling count under kill -9: a real spark-submit driver of a stateful pipeline
 (watermark, windows in append mode, RocksDB state), supervised by the control plane, is
 SIGKILLed three times while records keep arriving. Every window is written once, with its
-exact count, into Postgres and into a Kafka topic (read_committed), whatever batch, state
-version or sink transaction each kill interrupted."""
+exact count, into Postgres and into a Kafka topic (read_committed), and every record that
+did not parse once as a dead letter, whatever batch, state version or sink transaction each
+kill interrupted."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from tests.test_launch_and_stop import (  # noqa: F401 - job_dirs: a fixture
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
 
 BASE = datetime(2026, 11, 24, tzinfo=UTC)
+MALFORMED = b"{not json"
 COURIERS = ("ann", "bob", "cy")
 
 
@@ -102,6 +104,9 @@ def test_a_tumbling_count_is_exact_after_three_kill_9s(
             produced += 1
             clock += 100 + 50 * ((produced * 7) % 3)
         produce(kafka_bootstrap, source, records, partitions=2, start=produced - len(records))
+        # A record that does not parse after each part: its dead letter, and the batch after
+        # it takes the writers' paths that follow a batch with dead letters.
+        produce(kafka_bootstrap, source, [MALFORMED], partitions=2, start=produced)
 
     def committed() -> int:
         found = read_checkpoint(Path(job_dirs) / "checkpoints" / "tumbling", sizes=False)
@@ -135,6 +140,11 @@ def test_a_tumbling_count_is_exact_after_three_kill_9s(
     by_window = Counter((r["window_start"], r["courier"]) for r in records)
     assert set(by_window.values()) == {1} and len(records) == len(finished)
     assert sum(r["n"] for r in records) == sum(finished.values())
+    with psycopg.connect(sink_dsn) as conn:
+        letters = conn.execute(
+            "SELECT raw FROM _cp_dead_letters WHERE pipeline = 'tumbling'"
+        ).fetchall()
+    assert [bytes(r) for (r,) in letters] == [MALFORMED] * 4
     pipeline = Pipeline.objects.get(name="tumbling")
     assert (pipeline.restarts, pipeline.failures.count()) == (3, 3)
     api.post("/api/pipelines/tumbling/stop/")

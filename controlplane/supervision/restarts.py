@@ -102,8 +102,9 @@ _PERMANENT = [
     # restore it at every start, until the spec goes back or the offsets are reset.
     (
         re.compile(
-            r"\[(STATE_STORE_(KEY|VALUE)_SCHEMA_NOT_COMPATIBLE|STATE_STORE_INVALID_\w+"
-            r"|STREAMING_STATEFUL_OPERATOR_\w+|STATE_REPARTITION_\w+)"
+            r"\[(STATE_STORE_(KEY|VALUE)_SCHEMA_NOT_COMPATIBLE"
+            r"|STATE_STORE_INVALID_(CONFIG_AFTER_RESTART|PROVIDER|VALUE_SCHEMA_EVOLUTION"
+            r"|VARIABLE_TYPE_CHANGE)|STREAMING_STATEFUL_OPERATOR_\w+)"
         ),
         "a state the checkpoint cannot restore",
     ),
@@ -112,7 +113,8 @@ _PERMANENT = [
     (
         re.compile(
             r"\[(STREAMING_OUTPUT_MODE\.\w+|NON_TIME_WINDOW_NOT_SUPPORTED_IN_STREAMING"
-            r"|UNSUPPORTED_STREAMING_OPERATION\w*)"
+            r"|UNSUPPORTED_STREAMING_OPERATOR_\w+)"
+            r"|correctness' issue due to global watermark"
             r"|output mode not supported when there are streaming aggregations"
             r"|not supported (with|on) streaming DataFrames/Data[Ss]ets"
             r"|session window in streaming query is not supported",

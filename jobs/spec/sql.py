@@ -572,6 +572,20 @@ def parse_query(sql: str) -> exp.Expr:
     return statements[0]
 
 
+def expression_columns(text: str) -> set[str]:
+    """The column names (lower case) an expression that check_expression accepted refers to."""
+    tokens = _DIALECT.tokenize(text)
+    _treat_keyword_calls_as_functions(tokens)
+    parsed = _DIALECT.parser(error_level=ErrorLevel.RAISE).parse(tokens, text)
+    names = set()
+    for statement in parsed:
+        for column in statement.find_all(exp.Column) if statement else ():
+            names.add(column.name.lower())
+            if column.table:
+                names.add(column.table.lower())  # window.start: the column window
+    return names
+
+
 def call_name(node: exp.Expr) -> str | None:
     """The name of a call (lower case) as written, in a tree from parse_query; None for
     anything else."""

@@ -26,6 +26,7 @@ when the query is one plain SELECT ... FROM source GROUP BY ...
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -34,6 +35,7 @@ from .functions import ALLOWED_BY_GROUP
 from .sql import SQLError, call_name, parse_query
 
 AGGREGATES = frozenset(ALLOWED_BY_GROUP["agg_funcs"].split())
+_PARTITIONING_HINT = re.compile(r"\b(COALESCE|REPARTITION\w*|REBALANCE)\b", re.I)
 TIME_WINDOWS = frozenset({"window", "session_window"})
 
 
@@ -90,8 +92,14 @@ def _group_items(select: exp.Select) -> list[exp.Expr]:
     """The GROUP BY items, ordinals (GROUP BY 1, 2: Spark's default) read as the select
     list's expressions they point at."""
     projections = select.expressions
+    group = select.args["group"]
+    if group.args.get("all"):
+        # GROUP BY ALL: every item of the select list that does not aggregate.
+        return [
+            p.this if isinstance(p, exp.Alias) else p for p in projections if not _has_aggregate(p)
+        ]
     items = []
-    for item in select.args["group"].expressions:
+    for item in group.expressions:
         if isinstance(item, exp.Literal) and not item.is_string and item.this.isdigit():
             n = int(item.this)
             if 1 <= n <= len(projections):
@@ -122,6 +130,18 @@ def _refuse_unsupported(node: exp.Expr) -> None:
             "joins are not supported in a stateful pipeline (the stream joined with itself "
             "keeps both sides in state)"
         )
+    if isinstance(node, exp.Rollup | exp.Cube | exp.GroupingSets):
+        raise SQLError(
+            "ROLLUP, CUBE and GROUPING SETS do not run on a stream: write one aggregation "
+            "per pipeline"
+        )
+    if isinstance(node, exp.TableSample) or (
+        isinstance(node, exp.Hint) and _PARTITIONING_HINT.search(node.sql(dialect="spark"))
+    ):
+        raise SQLError(
+            "sampling and COALESCE / REPARTITION hints are refused in a stateful pipeline: "
+            "a replayed batch could be cut differently, and its output written twice or lost"
+        )
     if isinstance(node, exp.Intersect | exp.Except):
         raise SQLError(f"{node.key.upper()} does not run on a stream")
     if isinstance(node, exp.Union) and node.args.get("distinct"):
@@ -144,6 +164,14 @@ def _refuse_unsupported(node: exp.Expr) -> None:
 def _own_nodes(select: exp.Select):
     """The nodes of a SELECT, not those of the queries nested in it."""
     return select.walk(prune=lambda n: n is not select and isinstance(n, exp.Query))
+
+
+def _has_aggregate(node: exp.Expr) -> bool:
+    return any(
+        isinstance(n, exp.AggFunc) or (call_name(n) or "") in AGGREGATES
+        for n in node.walk()
+        if isinstance(n, exp.Func)
+    )
 
 
 def _aggregates(select: exp.Select) -> bool:
@@ -189,6 +217,9 @@ def _time_grouped(select: exp.Select, watermark: str | None, source_view: str) -
     if group is None:
         return False  # a global aggregate: one group, never finished
     aliases = {p.alias.lower(): p.this for p in select.expressions if isinstance(p, exp.Alias)}
+    # A name that is the event-time column is that column, not a select alias of it (Spark
+    # resolves GROUP BY names against the input's columns first).
+    aliases.pop(watermark.lower(), None)
     items = [_resolve(item, aliases) for item in _group_items(select)]
     if len(items) == 1 and call_name(items[0]) == "session_window":
         raise SQLError(

@@ -30,7 +30,7 @@ from .model import (
     Trigger,
     Watermark,
 )
-from .sql import SQLError, check_expression, check_transform_sql
+from .sql import SQLError, check_expression, check_transform_sql, expression_columns
 from .streaming import stream_shape
 
 # Postgres identifiers we create and quote ourselves: lower case, no quoting surprises, < 64 bytes.
@@ -286,7 +286,8 @@ def _check_stateful(errors: list[FieldError], spec: PipelineSpec) -> None:
         )
     for i, sink in enumerate(spec.all_sinks()):
         path = f"sinks[{i}]" if spec.sinks else "sink"
-        if mode == "update":
+        # (Update output without an aggregation is each new row once, as in append.)
+        if mode == "update" and shape is not None and shape.aggregates:
             _check_update_sink(errors, sink, path, shape)
 
 
@@ -308,6 +309,18 @@ def _check_update_sink(errors: list[FieldError], sink, path: str, shape) -> None
                 "by the group (a compacted topic then keeps the latest)",
             )
         )
+    elif sink.kind == "kafka" and shape is not None and shape.key_columns is not None:
+        keys = shape.key_columns
+        used = {keys[c] for c in expression_columns(sink.key) if c in keys}
+        missing = [text for i, text in enumerate(shape.group_items) if i not in used]
+        if missing:
+            errors.append(
+                FieldError(
+                    f"{path}.key",
+                    f"does not use the GROUP BY item {missing[0]}: groups that differ only "
+                    "there would share a key (a compacted topic would keep one of them)",
+                )
+            )
     elif sink.kind == "postgres" and sink.mode != "upsert":
         errors.append(
             FieldError(
