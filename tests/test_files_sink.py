@@ -94,7 +94,9 @@ def read_ids(spark, path: Path, fmt="parquet") -> list[str]:
 
 def arrow_ids(path: Path, fmt="parquet") -> list[str]:
     return sorted(
-        ds.dataset(str(path), format=fmt, partitioning="hive").to_table()["id"].to_pylist()
+        ds.dataset(str(path), format=fmt, partitioning="hive")
+        .to_table(use_threads=False)["id"]
+        .to_pylist()
     )
 
 

@@ -7,8 +7,6 @@ real detached spark-submit process, as in production.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 import uuid
 from pathlib import Path
@@ -231,56 +229,6 @@ def test_a_driver_killed_while_its_batch_transaction_is_open_loses_and_duplicate
     api.post("/api/pipelines/killed/stop/")
     reconcile_until(
         "killed", lambda: Pipeline.objects.get(name="killed").status == "stopped", 120, "stop"
-    )
-
-
-def test_a_driver_killed_again_and_again_under_load_comes_back_and_loses_nothing(
-    api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, job_dirs
-):
-    """kill -9 the Spark driver (the JVM) twice while records keep arriving: each time the
-    supervisor reports the death, the policy restarts it, and in the end every record is in
-    the sink exactly once. (Twice, not more: each restart is a 20-30 s cold start of a
-    dedicated driver, and the suite's time is budgeted. Spark's connector only: the Python
-    reader is killed inside its transaction by the test above, and resumes as after any
-    kill.)"""
-    reader = "spark-kafka"
-    topic, table = new_pipeline(
-        api,
-        kafka_bootstrap,
-        "again",
-        source={"reader": reader},
-        restart_policy={"kind": "fixed-delay", "attempts": 5, "delay_seconds": 1},
-    )
-    produced = 0
-
-    def produce_more(n):
-        nonlocal produced
-        produce(
-            kafka_bootstrap,
-            topic,
-            ({"id": f"r{i}", "n": i} for i in range(produced, produced + n)),
-            start=produced,
-        )
-        produced += n
-
-    produce_more(200)
-    api.post("/api/pipelines/again/start/")
-    for kill in range(2):
-        reconcile_until(
-            "again", lambda: count(sink_dsn, table)[0] >= produced, 150, f"catch-up {kill}"
-        )
-        produce_more(300)  # in flight when the driver dies
-        run = Run.objects.get(pipeline__name="again", state=RunState.RUNNING)
-        os.kill(driver_pid(run), signal.SIGKILL)
-        restarted_after_kill("again", run, f"the restart after kill {kill}")
-        produce_more(100)
-    reconcile_until("again", lambda: count(sink_dsn, table)[0] >= produced, 150, "the end")
-    assert count(sink_dsn, table) == (produced, produced)
-    pipeline = Pipeline.objects.get(name="again")
-    assert (pipeline.restarts, pipeline.failures.count()) == (2, 2)
-    api.post("/api/pipelines/again/stop/")
-    reconcile_until(
-        "again", lambda: Pipeline.objects.get(name="again").status == "stopped", 120, "stop"
     )
 
 

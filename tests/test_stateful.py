@@ -145,10 +145,12 @@ def test_finished_windows_are_written_once_and_late_records_are_dropped_and_coun
         "format": "json",
         "inactivity_seconds": 0.5,
     }
+    # With a HyperLogLog count beside the exact one (every id is distinct).
+    sql = TUMBLING.replace("count(*) AS n", "count(*) AS n, approx_count_distinct(id, 0.01) AS ids")
     spec = spec_for(
         topic,
         table,
-        transform={"sql": TUMBLING, "output_mode": "append"},
+        transform={"sql": sql, "output_mode": "append"},
         sinks=[{"connection": "pg", "table": table}, lake],
     )
     config = config_for(tmp_path, topic, sink_dsn, spec)
@@ -185,6 +187,8 @@ def test_finished_windows_are_written_once_and_late_records_are_dropped_and_coun
     found = windows_in(sink_dsn, table)
     assert {k: v for k, v in found.items() if k[0] < 5} == counts
     assert found.get((9, "ann")) == 1  # finished by minute 12's watermark (11:30)
+    for n, ids in fetch(sink_dsn, f'SELECT n, ids FROM "{table}"'):
+        assert abs(ids - n) <= max(1, n // 10), (n, ids)
     assert (12, "bob") not in found
     # The files sink beside it: each finished window once, in finished files (the last
     # ones rolled after a second without rows, while the pipeline runs).

@@ -105,8 +105,27 @@ def test_a_stale_version_is_refused_with_409_and_nothing_changes(api, pipeline):
             {"restart_policy": {"kind": "fixed-delay", "delay_seconds": -10}},
             "spec.restart_policy.delay_seconds",
         ),
+        (
+            # An aggregation in append mode without a watermark: Spark would refuse it.
+            {
+                "transform": {
+                    "sql": "SELECT window.start AS window_start, count(*) AS n FROM source "
+                    "GROUP BY window(ts, '1 minute')",
+                    "output_mode": "append",
+                },
+                "sink": {**valid_spec()["sink"], "mode": "append", "key": []},
+            },
+            "spec.source.watermark",
+        ),
     ],
-    ids=["unknown-connection", "bad-ddl", "bad-sql", "unsafe-table", "negative-delay"],
+    ids=[
+        "unknown-connection",
+        "bad-ddl",
+        "bad-sql",
+        "unsafe-table",
+        "negative-delay",
+        "aggregation-without-watermark",
+    ],
 )
 def test_each_class_of_bad_spec_is_refused_with_400_naming_the_field(
     api, kafka_connection, postgres_connection, change, field
