@@ -57,7 +57,9 @@ sys.path.insert(0, str(ROOT))
 from bench.throughput import bench_config, bench_session, delete_topics, machine  # noqa: E402
 from jobs import jvm  # noqa: E402
 from jobs.checkpoints import tree_size  # noqa: E402
-from jobs.pipeline import start_query  # noqa: E402
+from jobs.pipeline import source_reads, start_query  # noqa: E402
+from jobs.reporting import per_read  # noqa: E402
+from jobs.spec import parse_spec  # noqa: E402
 
 STORES = ("hdfs", "rocksdb")
 CURRENT_VERSION_SIZE = "stateOnCurrentVersionSizeBytes"  # the default store's, in memory
@@ -105,6 +107,10 @@ def spec_for(topic: str, table: str, store: str, rate: int, partitions: int) -> 
     }
 
 
+# How many times each batch of the bench's (stateful) spec reads its source.
+STATEFUL_READS = source_reads(parse_spec(spec_for("t", "t", "rocksdb", 1, 1)))
+
+
 def sample(progress: dict, started: float) -> dict | None:
     """One batch's figures, from its progress (None for a batch without stateful work)."""
     operators = progress.get("stateOperators") or []
@@ -117,7 +123,7 @@ def sample(progress: dict, started: float) -> dict | None:
         "t": round(at - started, 1),
         "batch": progress["batchId"],
         # Each batch reads its offsets twice (jobs.pipeline.source_reads): records, not reads.
-        "rows_in": progress["numInputRows"] // 2,
+        "rows_in": per_read(progress, STATEFUL_READS)["numInputRows"],
         "batch_ms": progress["durationMs"].get("triggerExecution", 0),
         "commit_ms": op.get("commitTimeMs", 0),
         "state_rows": op.get("numRowsTotal", 0),

@@ -924,7 +924,6 @@ STATE_STORE_CONF = "spark.sql.streaming.stateStore.providerClass"
 # RocksDB uploads each batch's changes (a changelog) instead of a snapshot of its files at
 # every commit; snapshots are made in the background.
 CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
-DEAD_LETTER_META = ("topic", "partition", "offset", "timestamp", "value")
 
 
 class StateStoreError(RuntimeError):
@@ -987,10 +986,10 @@ def stateful_frame(spark, parsed, spec: PipelineSpec):
         *[F.col(f"`{c}`") for c in names], F.lit(None).cast("string").alias(CORRUPT)
     ).alias(PARSED)
     types = {f.name: f.dataType for f in parsed.schema.fields}
-    rows = out.select(*[F.lit(None).cast(types[c]).alias(c) for c in DEAD_LETTER_META], record)
+    rows = out.select(*[F.lit(None).cast(types[c]).alias(c) for c in DEAD_LETTER_FIELDS], record)
     record_type = rows.schema[PARSED].dataType
     letters = parsed.where(_unparsed()).select(
-        *DEAD_LETTER_META, F.lit(None).cast(record_type).alias(PARSED)
+        *DEAD_LETTER_FIELDS, F.lit(None).cast(record_type).alias(PARSED)
     )
     return rows.unionByName(letters), names
 
