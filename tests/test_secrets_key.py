@@ -122,3 +122,26 @@ def test_stored_secret_values_are_masked_in_every_error_text_shown(
     for text in shown:
         assert "db.internal failed" in text  # the message is there...
         assert secret not in text  # ...without the secret
+
+
+def test_rotation_reencrypts_alert_channels_too(key_file, db):
+    from controlplane.alerting.models import AlertChannel
+
+    stored("a", "first-password")
+    channel = AlertChannel(
+        name="pager", kind="webhook", target="https://hooks.example.com/p?token=s3cret-token"
+    )
+    channel.set_signing_key("signing-key-value")
+    channel.save()
+    before = AlertChannel.objects.get(name="pager")
+    old = (before.secret_encrypted, before.url_encrypted)
+    assert all(old)
+    call_command("rotate_secrets_key")
+    after = AlertChannel.objects.get(name="pager")
+    assert after.secret_encrypted not in old and after.url_encrypted not in old
+    assert after.get_signing_key() == "signing-key-value"
+    assert after.get_url() == "https://hooks.example.com/p?token=s3cret-token"
+    for token in old:
+        with pytest.raises(crypto.SecretsUnreadable):
+            crypto.decrypt_json(token)  # the old key is gone: only the new tokens can be read
+    assert Connection.objects.get(name="a").get_secrets() == {"password": "first-password"}

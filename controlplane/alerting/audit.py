@@ -4,9 +4,11 @@ channel is in the entry's before/after."""
 
 from __future__ import annotations
 
+from controlplane.crypto import SecretsUnreadable
 from controlplane.definitions.audit import actor
 from controlplane.definitions.models import AuditEntry
 
+from . import targets
 from .models import Alert, AlertChannel, AlertRule
 
 
@@ -28,15 +30,43 @@ def rule_snapshot(rule: AlertRule | None) -> dict:
 
 
 def channel_snapshot(channel: AlertChannel | None) -> dict:
-    """Never the signing key: whether there is one."""
+    """Never the signing key: whether there is one. Never the URL's secret parts: the target
+    masked, and `url_secrets` when it has any."""
     if channel is None:
         return {}
-    return {
+    snapshot = {
         "channel": channel.name,
         "kind": channel.kind,
         "target": channel.target,
         "signing_key": bool(channel.secret_encrypted),
     }
+    if channel.url_encrypted:
+        snapshot["url_secrets"] = True
+    return snapshot
+
+
+def secret_url(channel: AlertChannel) -> str | None:
+    """The channel's full URL when parts of it are secret (None: none are, or it cannot be
+    read), to tell whether a change replaced them: the masked target may read the same."""
+    if not channel.url_encrypted:
+        return None
+    try:
+        return channel.get_url()
+    except SecretsUnreadable:
+        return None
+
+
+def channel_change(before_url: str | None, channel: AlertChannel) -> dict:
+    """The `after` of a channel's change (`before_url`: its secret_url before): its
+    snapshot, and `url_secrets_changed` when the URL's secret parts were replaced."""
+    after = channel_snapshot(channel)
+    now_url = secret_url(channel)
+    parts = [
+        targets.secret_parts(url, channel.kind) if url else None for url in (before_url, now_url)
+    ]
+    if parts[0] != parts[1]:
+        after["url_secrets_changed"] = True
+    return after
 
 
 def alert_snapshot(alert: Alert) -> dict:

@@ -1,7 +1,12 @@
 """Sending alerts: the deliveries the evaluation round wrote (an outbox), each to its
 channel, by a beat task; every attempt's outcome recorded on the delivery. A failed attempt
 is tried again later (BACKOFF), then given up (`failed`). Nothing here runs in the reconcile
-tick, and a channel that hangs costs at most its timeout."""
+tick, and a channel that hangs costs at most its timeout.
+
+A webhook's URL may carry credentials (controlplane.alerting.targets): requests quotes the
+URL in its exceptions and urllib3 in its log lines, so every error is scrubbed of the
+channel's secret parts before it is stored or logged, and so is whatever requests and urllib3
+log while a channel's URL is in use."""
 
 from __future__ import annotations
 
@@ -9,7 +14,9 @@ import hashlib
 import hmac
 import json
 import logging
+import threading
 import time
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 import requests
@@ -44,11 +51,12 @@ def deliver(now: datetime) -> dict:
             try:
                 send(delivery)
             except Exception as exc:  # every failure is the delivery's, recorded
-                delivery.last_error = f"{type(exc).__name__}: {exc}"[:2000]
+                error = delivery.channel.scrub(f"{type(exc).__name__}: {exc}")
+                delivery.last_error = error[:2000]
                 if delivery.attempts > len(BACKOFF_SECONDS):
                     delivery.outcome = DeliveryStatus.FAILED
                     counts["failed"] += 1
-                    log.warning("alert delivery %s failed for good: %s", delivery.pk, exc)
+                    log.warning("alert delivery %s failed for good: %s", delivery.pk, error)
                 else:
                     wait = BACKOFF_SECONDS[delivery.attempts - 1]
                     delivery.next_try_at = now + timedelta(seconds=wait)
@@ -78,6 +86,8 @@ def payload(delivery: AlertDelivery) -> dict:
         "message": delivery.message,
         "since": alert.since.isoformat(),
         "url": f"{base}/pipelines/{alert.subject}/" if alert.pipeline_id else f"{base}/",
+        # Messages to this channel not sent (its rate limit) since the last one that was.
+        "suppressed": delivery.suppressed_before,
     }
 
 
@@ -102,9 +112,15 @@ def send(delivery: AlertDelivery) -> None:
     else:
         data = json.dumps(body, sort_keys=True)
         headers = {"Content-Type": "application/json", **signature(channel, data)}
-    response = requests.post(channel.target, data=data.encode(), headers=headers, timeout=TIMEOUT)
+    url = channel.get_url()
+    with scrubbing_logs(channel):
+        # No redirects: a credential in the URL is for its host only, and a receiver that
+        # redirects did not take the message (an answer that is not 2xx).
+        response = requests.post(
+            url, data=data.encode(), headers=headers, timeout=TIMEOUT, allow_redirects=False
+        )
     if response.status_code >= 300:
-        raise RuntimeError(f"{channel.target} answered {response.status_code}")
+        raise RuntimeError(f"{channel.target} answered {response.status_code}")  # masked
 
 
 def signature(channel, data: str, *, at: int | None = None) -> dict[str, str]:
@@ -115,3 +131,50 @@ def signature(channel, data: str, *, at: int | None = None) -> dict[str, str]:
     stamp = str(at if at is not None else int(time.time()))
     digest = hmac.new(key.encode(), f"{stamp}.{data}".encode(), hashlib.sha256).hexdigest()
     return {TIMESTAMP_HEADER: stamp, SIGNATURE_HEADER: f"sha256={digest}"}
+
+
+class _ScrubChannelSecrets(logging.Filter):
+    """On requests' and urllib3's loggers: while this thread posts to a channel, the
+    channel's URL secrets are masked in what they log (their debug lines carry the request
+    line, path and query included)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.current = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        channel = getattr(self.current, "channel", None)
+        if channel is None:
+            return True
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken format string is not ours to fix here
+            return True
+        cleaned = channel.scrub(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True
+
+
+_SCRUB = _ScrubChannelSecrets()
+# A logger's filters only see records logged to that very logger: each module's, by name.
+for _name in (
+    "requests",
+    "urllib3",
+    "urllib3.connection",
+    "urllib3.connectionpool",
+    "urllib3.poolmanager",
+    "urllib3.response",
+    "urllib3.util.retry",
+):
+    logging.getLogger(_name).addFilter(_SCRUB)
+
+
+@contextmanager
+def scrubbing_logs(channel):
+    previous = getattr(_SCRUB.current, "channel", None)
+    _SCRUB.current.channel = channel
+    try:
+        yield
+    finally:
+        _SCRUB.current.channel = previous

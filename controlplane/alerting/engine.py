@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Max
 
@@ -22,7 +23,7 @@ from controlplane.definitions.models import (
 )
 
 from . import rules, state
-from .models import Alert, AlertDelivery, AlertRule, AlertState
+from .models import Alert, AlertChannel, AlertDelivery, AlertRule, AlertState, DeliveryStatus
 from .state_growth import assess
 
 log = logging.getLogger("controlplane.alerting")
@@ -33,7 +34,9 @@ DEFAULT_FAILURE_WINDOW = timedelta(hours=1)
 
 def evaluate(now: datetime) -> dict:
     """Evaluate every enabled rule for its subjects; returns what changed."""
-    summary = {"rules": 0, "fired": 0, "repeated": 0, "resolved": 0, "silenced": 0}
+    summary = {
+        "rules": 0, "fired": 0, "repeated": 0, "resolved": 0, "silenced": 0, "suppressed": 0,
+    }  # fmt: skip
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [ROUND_LOCK])
@@ -47,16 +50,19 @@ def evaluate(now: datetime) -> dict:
         }
         facts = _pipeline_facts(now, enabled) if enabled else {}
         plane = _control_plane_facts() if any(r.kind == "control-plane" for r in enabled) else None
+        budget = ChannelBudget(now)
         seen = set()
         for rule in enabled:
             for subject, pipeline_id, message in _subjects(rule, facts, plane, now):
                 seen.add((rule.pk, subject))
                 alert = open_alerts.get((rule.pk, subject))
-                _apply(rule, subject, pipeline_id, message, alert, now, summary)
+                _apply(rule, subject, pipeline_id, message, alert, now, summary, budget)
         # Open alerts of rules disabled since, or of subjects gone: resolved.
         for key, alert in open_alerts.items():
             if key not in seen:
-                _apply(alert.rule, alert.subject, alert.pipeline_id, None, alert, now, summary)
+                _apply(
+                    alert.rule, alert.subject, alert.pipeline_id, None, alert, now, summary, budget
+                )
     return summary
 
 
@@ -83,7 +89,7 @@ def applies(rule: AlertRule, pipeline_id: int, labels: dict) -> bool:
     return True
 
 
-def _apply(rule, subject, pipeline_id, message, alert, now, summary) -> None:
+def _apply(rule, subject, pipeline_id, message, alert, now, summary, budget) -> None:
     current = None
     if alert is not None:
         current = rules.Open(
@@ -92,7 +98,9 @@ def _apply(rule, subject, pipeline_id, message, alert, now, summary) -> None:
             notified_at=alert.notified_at,
             acknowledged=alert.acknowledged_at is not None,
         )
-    repeat = timedelta(seconds=rule.repeat_seconds) if rule.repeat_seconds else None
+    repeat = rules.repeat_interval(
+        rule.repeat_seconds, settings.CONTROLPLANE_ALERT_MIN_REPEAT_SECONDS
+    )
     action = rules.step(
         message is not None,
         current,
@@ -112,18 +120,19 @@ def _apply(rule, subject, pipeline_id, message, alert, now, summary) -> None:
         alert.fired_at = alert.notified_at = now
         alert.save()
         summary["fired"] += 1
-        _send(rule, alert, "firing", message, now, summary)
+        _send(rule, alert, "firing", message, now, summary, budget)
     elif action == "repeat":
         alert.message, alert.notified_at, alert.repeats = message, now, alert.repeats + 1
         alert.save(update_fields=["message", "notified_at", "repeats"])
         summary["repeated"] += 1
-        _send(rule, alert, "repeat", message, now, summary)
+        _send(rule, alert, "repeat", message, now, summary, budget)
     elif action == "resolve":
         alert.state, alert.resolved_at = AlertState.RESOLVED, now
         alert.save(update_fields=["state", "resolved_at"])
         summary["resolved"] += 1
         why = "the rule was disabled" if not rule.enabled else "no longer holds"
-        _send(rule, alert, "resolved", f"resolved ({why}): was {alert.message}", now, summary)
+        was = f"resolved ({why}): was {alert.message}"
+        _send(rule, alert, "resolved", was, now, summary, budget)
     elif action == "drop":
         alert.state, alert.resolved_at = AlertState.DROPPED, now
         alert.save(update_fields=["state", "resolved_at"])
@@ -132,19 +141,78 @@ def _apply(rule, subject, pipeline_id, message, alert, now, summary) -> None:
         alert.save(update_fields=["message"])
 
 
-def _send(rule, alert, event: str, message: str, now: datetime, summary: dict) -> None:
+def _send(rule, alert, event: str, message: str, now: datetime, summary: dict, budget) -> None:
     if rule.silenced_until is not None and rule.silenced_until > now:
         summary["silenced"] += 1
         log.info("alert %s %s: silenced until %s", alert, event, rule.silenced_until)
         return
-    AlertDelivery.objects.bulk_create(
-        [
+    deliveries = []
+    for channel in rule.channels.all():
+        send, suppressed_before = budget.take(channel)
+        text = message
+        if suppressed_before:
+            text += f"\n({budget.suppressed_note(suppressed_before)})"
+        deliveries.append(
             AlertDelivery(
-                alert=alert, channel=channel, event=event, message=message, next_try_at=now
+                alert=alert, channel=channel, event=event, message=text, next_try_at=now,
+                queued_at=now, suppressed_before=suppressed_before,
+                outcome=DeliveryStatus.PENDING if send else DeliveryStatus.SUPPRESSED,
             )
-            for channel in rule.channels.all()
-        ]
-    )
+        )  # fmt: skip
+        if not send:
+            summary["suppressed"] += 1
+            log.info(
+                "alert %s %s to %s: suppressed (over the channel's limit)", alert, event, channel
+            )
+    AlertDelivery.objects.bulk_create(deliveries)
+
+
+class ChannelBudget:
+    """How many more messages each channel takes in this round: at most
+    CONTROLPLANE_ALERT_CHANNEL_LIMIT within CONTROLPLANE_ALERT_CHANNEL_WINDOW_MINUTES, all
+    rules together, so that no rule (nor many rules at once) floods a channel.
+
+    Counted from the deliveries stored in Postgres, never in a process's memory, under the
+    channel row's lock: rounds are one at a time (ROUND_LOCK), and the lock keeps the count
+    right for anything else that queues deliveries. Retries of a message do not count again;
+    a suppressed message is stored (outcome `suppressed`), never sent, and the next message
+    to the channel says how many were."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+        self.limit = settings.CONTROLPLANE_ALERT_CHANNEL_LIMIT
+        self.window = timedelta(minutes=settings.CONTROLPLANE_ALERT_CHANNEL_WINDOW_MINUTES)
+        self._used: dict[int, int] = {}
+        self._suppressed: dict[int, int] = {}
+
+    def take(self, channel) -> tuple[bool, int]:
+        """Whether a message to `channel` goes out, and how many were suppressed before it
+        (it says so; then they are reported)."""
+        if channel.pk not in self._used:
+            self._count(channel)
+        if self.limit and self._used[channel.pk] >= self.limit:
+            self._suppressed[channel.pk] += 1
+            return False, 0
+        self._used[channel.pk] += 1
+        reported, self._suppressed[channel.pk] = self._suppressed[channel.pk], 0
+        return True, reported
+
+    def suppressed_note(self, count: int) -> str:
+        what = "message was" if count == 1 else "messages were"
+        return (
+            f"{count} earlier {what} not sent to this channel: at most {self.limit} per "
+            f"{self.window.total_seconds() / 60:g} min"
+        )
+
+    def _count(self, channel) -> None:
+        list(AlertChannel.objects.select_for_update(no_key=True).filter(pk=channel.pk).values("pk"))
+        mine = AlertDelivery.objects.filter(channel_id=channel.pk)
+        sent = mine.exclude(outcome=DeliveryStatus.SUPPRESSED)
+        self._used[channel.pk] = sent.filter(queued_at__gt=self.now - self.window).count()
+        last = sent.aggregate(last=Max("id"))["last"] or 0
+        self._suppressed[channel.pk] = mine.filter(
+            outcome=DeliveryStatus.SUPPRESSED, id__gt=last
+        ).count()
 
 
 def _pipeline_facts(
@@ -267,8 +335,6 @@ class AlertFigures:
     def collect(self):
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        from .models import DeliveryStatus
-
         firing = GaugeMetricFamily(
             "cp_alert_firing", "1 for each firing alert", labels=["acknowledged", "rule", "subject"]
         )
@@ -282,5 +348,13 @@ class AlertFigures:
         failed.add_metric(
             [], float(AlertDelivery.objects.filter(outcome=DeliveryStatus.FAILED).count())
         )
+        suppressed = CounterMetricFamily(
+            "cp_alert_deliveries_suppressed",
+            "alert messages not sent: over their channel's rate limit",
+        )
+        suppressed.add_metric(
+            [], float(AlertDelivery.objects.filter(outcome=DeliveryStatus.SUPPRESSED).count())
+        )
         yield firing
         yield failed
+        yield suppressed

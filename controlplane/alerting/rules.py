@@ -88,6 +88,20 @@ def params_problem(kind: str, params: dict) -> str | None:
     return None
 
 
+def repeat_problem(seconds: int, floor: int) -> str | None:
+    """Why a rule's repeat interval is refused, or None: reminders more often than `floor`
+    (the setting CONTROLPLANE_ALERT_MIN_REPEAT_SECONDS) would flood its channels."""
+    if 0 < seconds < floor:
+        return f"must be 0 (never repeat) or at least {floor} s"
+    return None
+
+
+def repeat_interval(seconds: int, floor: int) -> timedelta | None:
+    """The interval a rule repeats at (None: never): never shorter than `floor`, even for a
+    rule stored before the floor was raised."""
+    return timedelta(seconds=max(seconds, floor)) if seconds else None
+
+
 def holds(kind: str, params: dict, facts: Facts, now: datetime) -> str | None:
     """The message saying why the rule holds for the pipeline, or None."""
     if kind == "gave-up":

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.core.exceptions import ValidationError as DjangoValidationError
-from django.core.validators import EmailValidator, URLValidator
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
@@ -17,6 +16,7 @@ from rest_framework.response import Response
 
 from controlplane.accounts.roles import ADMIN, EDITOR, OPERATOR
 from controlplane.alerting import actions, audit, rules
+from controlplane.alerting.channels import TargetProblem, clean_target
 from controlplane.alerting.models import (
     Alert,
     AlertChannel,
@@ -32,34 +32,45 @@ from .serializers import ControlSerializer
 
 
 class AlertChannelSerializer(serializers.ModelSerializer):
+    target = serializers.CharField(
+        max_length=2000,
+        help_text="E-mail: addresses, comma-separated. Webhooks: the URL. Its secret parts (user "
+        "info, every query value, a Slack-style path) are write-only: shown masked (`***`, "
+        "`•••`); send the masked URL back to keep them, or the full URL to replace them. A "
+        "new scheme, host or port needs the full URL.",
+    )
     signing_key = serializers.CharField(
         write_only=True, required=False, allow_blank=True, max_length=512,
         help_text="Webhooks: the HMAC-SHA256 key the body is signed with. Never shown.",
     )  # fmt: skip
     has_signing_key = serializers.SerializerMethodField()
+    target_has_secrets = serializers.SerializerMethodField(
+        help_text="Whether parts of the URL are secret (stored encrypted, masked here)."
+    )
 
     class Meta:
         model = AlertChannel
-        fields = ["name", "kind", "target", "signing_key", "has_signing_key", "created_at"]
+        fields = [
+            "name", "kind", "target", "target_has_secrets", "signing_key", "has_signing_key",
+            "created_at",
+        ]  # fmt: skip
         read_only_fields = ["created_at"]
 
     def get_has_signing_key(self, channel: AlertChannel) -> bool:
         return bool(channel.secret_encrypted)
 
+    def get_target_has_secrets(self, channel: AlertChannel) -> bool:
+        return bool(channel.url_encrypted)
+
     def validate(self, data):
         kind = data.get("kind", getattr(self.instance, "kind", None))
-        target = data.get("target", getattr(self.instance, "target", ""))
-        try:
-            if kind == ChannelKind.EMAIL:
-                addresses = [a.strip() for a in target.split(",") if a.strip()]
-                if not addresses:
-                    raise DjangoValidationError("give one or more e-mail addresses")
-                for address in addresses:
-                    EmailValidator(message=f"{address!r} is not an e-mail address")(address)
-            else:
-                URLValidator(schemes=["http", "https"], message="must be an http(s) URL")(target)
-        except DjangoValidationError as exc:
-            raise serializers.ValidationError({"target": exc.messages}) from None
+        kind_changed = self.instance is not None and kind != self.instance.kind
+        if self.instance is None or "target" in data or kind_changed:
+            submitted = data.get("target", getattr(self.instance, "target", ""))
+            try:
+                data["target"] = clean_target(kind, submitted, self.instance)
+            except TargetProblem as exc:
+                raise serializers.ValidationError({"target": [str(exc)]}) from None
         if data.get("signing_key") and kind != ChannelKind.WEBHOOK:
             raise serializers.ValidationError({"signing_key": ["only webhooks are signed"]})
         return data
@@ -68,7 +79,7 @@ class AlertChannelSerializer(serializers.ModelSerializer):
         key = data.pop("signing_key", "")
         channel = AlertChannel(**data)
         channel.set_signing_key(key)
-        channel.save()
+        channel.save()  # the URL's secret parts go into url_encrypted (AlertChannel.save)
         return channel
 
     def update(self, channel, data):
@@ -83,7 +94,9 @@ class AlertChannelSerializer(serializers.ModelSerializer):
 class AlertChannelViewSet(viewsets.ModelViewSet):
     """Where alerts go: e-mail addresses, a webhook (JSON, signed with HMAC-SHA256 over
     `<timestamp>.<body>`: headers `X-Controlplane-Timestamp`, `X-Controlplane-Signature:
-    sha256=<hex>`), or a Slack-compatible webhook. Admins define them."""
+    sha256=<hex>`), or a Slack-compatible webhook. Admins define them. A URL's secret parts
+    (user info, query values, a Slack-style path) are write-only: shown masked, stored
+    encrypted, kept when the masked URL is sent back to the same scheme, host and port."""
 
     write_role = ADMIN
     serializer_class = AlertChannelSerializer
@@ -102,10 +115,11 @@ class AlertChannelViewSet(viewsets.ModelViewSet):
     def perform_update(self, serializer):
         with transaction.atomic():
             before = audit.channel_snapshot(serializer.instance)
+            before_url = audit.secret_url(serializer.instance)
             channel = serializer.save()
             audit.record(
                 "alert-channel-update", user=self.request.user, before=before,
-                after=audit.channel_snapshot(channel),
+                after=audit.channel_change(before_url, channel),
             )  # fmt: skip
 
     def perform_destroy(self, channel):
@@ -154,6 +168,11 @@ class AlertRuleSerializer(serializers.ModelSerializer):
             )
         return data
 
+    def validate_repeat_seconds(self, value: int) -> int:
+        if problem := rules.repeat_problem(value, settings.CONTROLPLANE_ALERT_MIN_REPEAT_SECONDS):
+            raise serializers.ValidationError(problem)
+        return value
+
 
 class SilenceSerializer(ControlSerializer):
     minutes = serializers.IntegerField(min_value=1, max_value=60 * 24 * 30)
@@ -161,8 +180,9 @@ class SilenceSerializer(ControlSerializer):
 
 class AlertRuleViewSet(viewsets.ModelViewSet):
     """When to alert (`kind` with its `params`), for one pipeline or all, after the condition
-    held `for_seconds`, again every `repeat_seconds` while it holds (0: never), to which
-    `channels`. Editors define them; operators silence them for a while."""
+    held `for_seconds`, again every `repeat_seconds` while it holds (0: never; else at least
+    CONTROLPLANE_ALERT_MIN_REPEAT_SECONDS), to which `channels`. Editors define them;
+    operators silence them for a while."""
 
     write_role = EDITOR
     action_roles = {"silence": OPERATOR, "unsilence": OPERATOR}
@@ -222,13 +242,20 @@ class AlertRuleViewSet(viewsets.ModelViewSet):
 
 class DeliverySerializer(serializers.ModelSerializer):
     channel = serializers.CharField(source="channel.name")
-    status = serializers.CharField(source="outcome", help_text="pending, sent or failed")
+    status = serializers.CharField(
+        source="outcome",
+        help_text="pending, sent, failed, or suppressed (over the channel's rate limit: not sent)",
+    )
+    suppressed_before = serializers.IntegerField(
+        read_only=True,
+        help_text="Messages to the channel suppressed just before this one (it says so).",
+    )
 
     class Meta:
         model = AlertDelivery
         fields = [
             "channel", "event", "status", "attempts", "created_at", "sent_at", "next_try_at",
-            "last_error",
+            "suppressed_before", "last_error",
         ]  # fmt: skip
 
 

@@ -32,6 +32,9 @@ class Connection(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    # Columns holding crypto tokens: `manage.py rotate_secrets_key` re-encrypts every model's.
+    ENCRYPTED_FIELDS = ("secrets_encrypted",)
+
     class Meta:
         ordering = ["name"]
 

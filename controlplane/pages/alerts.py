@@ -1,5 +1,6 @@
 """The dashboard's alerts: what is firing (acknowledge it), the rules (silence one for a
-while) and the latest delivery attempts. Rules and channels are defined through the API."""
+while), the channels (their URLs masked) and the latest delivery attempts. Rules and channels
+are defined through the API."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ from django.views.decorators.http import require_POST
 from controlplane.accounts.decorators import role_required
 from controlplane.accounts.roles import OPERATOR, VIEWER, has_role
 from controlplane.alerting import actions
-from controlplane.alerting.models import Alert, AlertDelivery, AlertRule, AlertState
+from controlplane.alerting.models import (
+    Alert,
+    AlertChannel,
+    AlertDelivery,
+    AlertRule,
+    AlertState,
+)
 
 SILENCES = [(60, "1 hour"), (240, "4 hours"), (1440, "1 day")]
 
@@ -32,6 +39,8 @@ def alert_list(request):
             .select_related("rule")
             .order_by("-since")[:20],
             "rules": AlertRule.objects.select_related("pipeline").prefetch_related("channels"),
+            # `target` is stored masked: nothing here can show a URL's secret parts.
+            "channels": AlertChannel.objects.all(),
             "deliveries": AlertDelivery.objects.select_related("alert__rule", "channel")[:30],
             "now": now,
             "silences": SILENCES,
