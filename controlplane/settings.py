@@ -179,6 +179,12 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "controlplane.api.errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # DRF's defaults, JSON's bounded: depth, numbers, strings, duplicate keys (parsers.py).
+    "DEFAULT_PARSER_CLASSES": [
+        "controlplane.api.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
 if env_bool("CONTROLPLANE_BROWSABLE_API", True):
     REST_FRAMEWORK["DEFAULT_RENDERER_CLASSES"].append(
@@ -297,6 +303,16 @@ EMAIL_HOST_PASSWORD = env_str("CONTROLPLANE_SMTP_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("CONTROLPLANE_SMTP_STARTTLS", False)
 EMAIL_TIMEOUT = 10
 DEFAULT_FROM_EMAIL = env_str("CONTROLPLANE_ALERT_FROM", "controlplane@localhost")
+# No rule reminds more often than this (a rule asking for less is refused; 0 stays "never").
+CONTROLPLANE_ALERT_MIN_REPEAT_SECONDS = env_int(
+    "CONTROLPLANE_ALERT_MIN_REPEAT_SECONDS", 60, minimum=1
+)
+# At most this many messages per channel within the window, all rules together; the excess
+# is recorded as suppressed and the next message sent says how many. 0: no limit.
+CONTROLPLANE_ALERT_CHANNEL_LIMIT = env_int("CONTROLPLANE_ALERT_CHANNEL_LIMIT", 20, minimum=0)
+CONTROLPLANE_ALERT_CHANNEL_WINDOW_MINUTES = env_float(
+    "CONTROLPLANE_ALERT_CHANNEL_WINDOW_MINUTES", 10.0, minimum=0.1
+)
 # Batch progress is kept raw this long, then summed per hour; the hourly sums this long.
 CONTROLPLANE_PROGRESS_RAW_HOURS = env_float("CONTROLPLANE_PROGRESS_RAW_HOURS", 24.0, minimum=0.1)
 CONTROLPLANE_PROGRESS_ROLLUP_DAYS = env_float(

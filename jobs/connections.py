@@ -8,6 +8,7 @@ a connection into client arguments inside the Spark job. Plain Python, no Django
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -15,7 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
+from .kafka.names import internal_problem, is_internal
 from .spec.validate import FieldError, Section, SpecError
+
+log = logging.getLogger("jobs.connections")
 
 KINDS = ("kafka", "postgres", "files")
 
@@ -43,6 +47,9 @@ SECRET_FIELDS = {"kafka": KAFKA_SECRETS, "postgres": POSTGRES_SECRETS, "files": 
 
 _HOST_PORT_RE = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
 _HOST_RE = re.compile(r"^([0-9a-fA-F:]+|[A-Za-z0-9._-]+)$")
+# What a Kafka client id may be (the characters Kafka itself once required of one): it is
+# written into the broker's request logs and quota metrics as it is.
+_CLIENT_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 def validate_connection(
@@ -110,7 +117,11 @@ def _kafka(errors: list[FieldError], data: Any, secrets: Any, policy: Connection
             except ValueError as exc:
                 s.error(name, str(exc).removeprefix(f"{name}: "))
     client_id = s.string("client_id", None)
-    if client_id is not None:
+    if client_id is not None and not _CLIENT_ID_RE.fullmatch(client_id):
+        s.error("client_id", f"must be 1-249 letters, digits, '.', '_' or '-'; got {client_id!r}")
+    elif client_id is not None and (problem := internal_problem("client id", client_id)):
+        s.error("client_id", problem)
+    elif client_id is not None:
         clean["client_id"] = client_id
     check_hostname = s.boolean("ssl_check_hostname", None)
     if check_hostname is not None:
@@ -440,8 +451,13 @@ def kafka_client_config(settings: Mapping[str, Any], secrets: Mapping[str, str])
         "bootstrap_servers": list(settings["bootstrap_servers"]),
         "security_protocol": settings.get("security_protocol", "PLAINTEXT"),
     }
-    if settings.get("client_id"):
-        config["client_id"] = settings["client_id"]
+    client_id = settings.get("client_id")
+    if client_id and is_internal(str(client_id)):
+        # Refused on save; one stored by an earlier version never reaches the broker (the
+        # client's default id is used), wherever the connection is used from.
+        log.warning("client_id %r is Kafka's own: not used (the default is)", client_id)
+    elif client_id:
+        config["client_id"] = client_id
     if config["security_protocol"].startswith("SASL"):
         config["sasl_mechanism"] = settings["sasl_mechanism"]
         config["sasl_plain_username"] = settings["sasl_username"]

@@ -11,7 +11,8 @@ views are its own) and a FAIR scheduler pool named after the pipeline. Stopping 
 or killing (RUN_DIR/kill) one member touches no other.
 
 When a member's query ends, the host writes RUN_DIR/exit.json (exit code 0 when it stopped
-as asked, 1 when it failed, with the error) and reports it at once
+as asked, 1 when it failed, with the error and its verdict, permanent or transient:
+jobs.failures) and reports it at once
 (`POST /api/runs/{id}/exit/`, as the supervisor of a dedicated run does), then removes the
 assignment. It writes the exit only once the query is no longer active: a query that does
 not give way to a kill keeps its run open until the control plane recycles the application.
@@ -38,7 +39,7 @@ sys.path.insert(0, str(_HERE.parent))
 
 from jobs.pipeline import RunConfig  # noqa: E402
 from jobs.reporting import SharedChannel  # noqa: E402
-from jobs.run import STOP_FILE, serve  # noqa: E402
+from jobs.run import STOP_FILE, judge, serve  # noqa: E402
 from jobs.supervise import send_exit_report, write_json  # noqa: E402
 
 log = logging.getLogger("jobs.host")
@@ -62,13 +63,14 @@ class Member(threading.Thread):
         self.channel = channel
 
     def run(self) -> None:
-        code, error = 0, ""
+        code, error, failure, pipeline = 0, "", None, None
         try:
             # A member's batches are not split over the application's task slots: the
             # members are the parallelism (RunConfig.default_partitions).
             config = dataclasses.replace(
                 RunConfig.load(self.run_dir / "run.json"), default_partitions=MEMBER_PARTITIONS
             )
+            pipeline = config.pipeline
             session = self.spark.newSession()
             # Jobs of this thread (and of the query's stream thread, which inherits it) share
             # the driver's scheduler fairly with the other members.
@@ -82,8 +84,13 @@ class Member(threading.Thread):
                 return
             code = 1
             error = "".join(traceback.format_exception(exc))[-ERROR_TAIL_CHARS:]
+            # Permanent or not, by the exception's type (jobs.failures), while the JVM that
+            # holds a Java exception's causes is up.
+            failure = judge(exc, pipeline)
             log.error("member %s failed: %s", self.run_dir, str(exc)[:500])
         report = {"exit_code": code, "ended_at": time.time(), "error_tail": error}
+        if failure is not None:
+            report["failure"] = failure
         write_json(self.run_dir / "exit.json", report)
         send_exit_report(self.run_dir, report)
         self.assignment.unlink(missing_ok=True)

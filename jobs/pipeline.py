@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import failures
+from .failures import DefinitionError
 from .files import write_private
 from .kafka import readers
 from .sinks.jvm_writer import JvmWriter
@@ -926,7 +928,7 @@ STATE_STORE_CONF = "spark.sql.streaming.stateStore.providerClass"
 CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 
 
-class StateStoreError(RuntimeError):
+class StateStoreError(DefinitionError, RuntimeError):
     """A definition error: the spec asks for another state store than the checkpoint's."""
 
 
@@ -1028,7 +1030,9 @@ def start_query(spark, config: RunConfig, *, available_now: bool = False):
             each.columns = columns  # the stateful transform's output (stateful_frame)
     writer = (
         frame.writeStream.queryName(config.pipeline)
-        .foreachBatch(batches)
+        # Spark passes on only the text of what the function raises: its exception is kept,
+        # with its type, for the failure's classification (jobs.failures).
+        .foreachBatch(failures.recording(config.pipeline, batches))
         .option("checkpointLocation", config.checkpoint)
     )
     if config.spec.output_mode is not None:

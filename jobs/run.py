@@ -11,9 +11,11 @@ calls it once per member, each in a session and thread of its own.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 # spark-submit runs this file as a script: make the project importable, and take this
@@ -22,6 +24,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
+from jobs import failures  # noqa: E402
 from jobs.kafka import group_commit  # noqa: E402
 from jobs.pipeline import RunConfig, source_reads, start_query  # noqa: E402
 from jobs.reporting import ProgressPoller, Reporter, SharedChannel  # noqa: E402
@@ -116,15 +119,53 @@ def main(argv: list[str]) -> int:
         print("usage: spark-submit jobs/run.py RUN_DIR", file=sys.stderr)
         return 2
     run_dir = Path(argv[0])
-    config = RunConfig.load(run_dir / "run.json")
-    from pyspark.sql import SparkSession
+    with judged(run_dir):  # a run.json that no longer parses (SpecError) is a verdict too
+        config = RunConfig.load(run_dir / "run.json")
+        from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.appName(f"pipeline:{config.pipeline}").getOrCreate()
-    try:
-        serve(spark, run_dir, config)
-    finally:
-        spark.stop()
+        spark = SparkSession.builder.appName(f"pipeline:{config.pipeline}").getOrCreate()
+        try:
+            # Judged before the session stops: a Java exception's causes are read through it.
+            with judged(run_dir, config.pipeline):
+                serve(spark, run_dir, config)
+        finally:
+            spark.stop()
     return 0
+
+
+def judge(exc: BaseException, pipeline: str | None = None) -> dict | None:
+    """The verdict on the exception a run failed with (jobs.failures: by its type), as its
+    exit report carries it; None if there is none to give. Never raises: the failure itself
+    must still be reported, whatever happens here."""
+    try:
+        verdict = failures.classify(exc, batch_error=failures.raised_in_batch(pipeline))
+    except Exception:
+        log.exception("the failure could not be classified")
+        return None
+    return verdict.as_dict() if verdict is not None else None
+
+
+@contextlib.contextmanager
+def judged(run_dir: Path, pipeline: str | None = None) -> Iterator[None]:
+    """On an exception leaving the block: write its verdict (RUN_DIR/failure.json, which
+    the supervisor adds to its exit report), then let it go on."""
+    try:
+        yield
+    except Exception as exc:
+        if getattr(exc, JUDGED, False):
+            raise  # by an inner block, nearer the failure (the JVM may be gone by now)
+        with contextlib.suppress(AttributeError):
+            setattr(exc, JUDGED, True)
+        verdict = judge(exc, pipeline)
+        if verdict is not None:
+            try:
+                failures.write_verdict(run_dir, failures.Verdict(**verdict))
+            except OSError:
+                log.exception("the failure's verdict could not be written")
+        raise
+
+
+JUDGED = "_controlplane_judged"
 
 
 def start_reporter(

@@ -3,11 +3,13 @@
 RUN_DIR is a run's directory, or a shared application's (`app.json` instead of `run.json`).
 
 It starts CMD (spark-submit), records the driver's pid, and the moment the driver exits
-writes RUN_DIR/exit.json with the exit code and the tail of its error output, and sends the
-same to the control plane (`POST /api/runs/{id}/exit/`, with the run's token from run.json),
-so a death is known within a second, not at the next tick or heartbeat timeout. The report is
-best effort: if the control plane is down, the reconciler finds exit.json later. SIGTERM and
-SIGINT are passed on to the driver. Plain Python, standard library only.
+writes RUN_DIR/exit.json with the exit code, the tail of its error output and the driver's
+verdict on its failure (RUN_DIR/failure.json, permanent or transient: jobs.failures, if the
+driver wrote one), and sends the same to the control plane (`POST /api/runs/{id}/exit/`,
+with the run's token from run.json), so a death is known within a second, not at the next
+tick or heartbeat timeout. The report is best effort: if the control plane is down, the
+reconciler finds exit.json later. SIGTERM and SIGINT are passed on to the driver. Plain
+Python, standard library only (jobs.failures is, at import).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import urllib.error
 import urllib.request
 from collections import deque
 from pathlib import Path
+
+from jobs import failures
 
 TAIL_LINES = 60
 
@@ -81,6 +85,9 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, forward)
     code = driver.wait()
     report = {"exit_code": code, "ended_at": time.time(), "error_tail": error_tail(log_path)}
+    verdict = failures.read_verdict(run_dir) if code != 0 else None
+    if verdict is not None:
+        report["failure"] = verdict
     write_json(run_dir / "exit.json", report)
     send_exit_report(run_dir, report)
     reap_group()
@@ -120,7 +127,11 @@ def send_exit_report(run_dir: Path, report: dict, timeout: float = 5.0) -> bool:
         request = urllib.request.Request(  # noqa: S310 - the control plane's own http(s) URL
             url,
             data=json.dumps(
-                {"exit_code": report["exit_code"], "error_tail": report["error_tail"]}
+                {
+                    "exit_code": report["exit_code"],
+                    "error_tail": report["error_tail"],
+                    **({"failure": report["failure"]} if report.get("failure") else {}),
+                }
             ).encode(),
             headers={
                 "Content-Type": "application/json",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -71,6 +72,19 @@ def spark():
 
 
 # --- Django / API fixtures ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fast_password_hashing():
+    """Users made by tests get passwords hashed with a fast hasher: Django's default
+    (PBKDF2, 1,000,000 iterations) costs 0.3-0.8 s a hash on these 2 cores, and most tests
+    create a user (and many sign one in). Only tests run this way: the settings keep the
+    default, and no test here checks how a password is stored (Django's own tests do)."""
+    from django.test import override_settings
+
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
+
 
 
 @pytest.fixture(autouse=True)
@@ -191,3 +205,113 @@ def files_connection(api, files_dir):
     )
     assert response.status_code == 201, response.json()
     return response.json()
+
+
+@pytest.fixture
+def editor(django_user_model):
+    """A page client signed in as an editor (the pages' forms, as a browser posts them)."""
+    from django.test import Client
+
+    from controlplane.accounts.roles import set_role
+
+    user = django_user_model.objects.create_user(username="ed")
+    set_role(user, "editor")
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def receiver():
+    """An HTTP receiver of what the control plane posts out (tests/receivers.py)."""
+    from tests.receivers import Receiver
+
+    server = Receiver()
+    yield server
+    server.shutdown()
+
+
+# --- drivers, runs and shared applications ------------------------------------------------
+
+
+@pytest.fixture
+def running(pipeline):
+    """The pipeline with a current run (generation 1) whose driver holds token 'tok-1'."""
+    from controlplane.accounts.models import digest
+    from controlplane.definitions.models import Pipeline, Run
+
+    row = Pipeline.objects.get(name="orders")
+    Pipeline.objects.filter(pk=row.pk).update(
+        generation=1, desired_state="running", status="running"
+    )
+    return Run.objects.create(
+        pipeline=row, generation=1, spec_version=1, state="running", token_digest=digest("tok-1")
+    )
+
+
+@pytest.fixture
+def standin(settings, tmp_path, monkeypatch, pipeline):
+    """Pipeline `orders`, whose drivers are stand-ins for spark-submit
+    (tests/drivers/standin.py) under the real supervisor: a test goes through many runs in
+    seconds. Set STANDIN_* on the monkeypatch returned to choose how they behave. Drivers
+    still running at the end are killed."""
+    from controlplane.definitions.models import Run, RunState
+    from controlplane.supervision import launcher
+
+    settings.SPARK_SUBMIT = str(Path(__file__).resolve().parent / "drivers" / "standin.py")
+    settings.CONTROLPLANE_RUNS_ROOT = tmp_path / "runs"
+    settings.CONTROLPLANE_CHECKPOINT_ROOT = tmp_path / "checkpoints"
+    settings.CONTROLPLANE_DRIVER_ENV = ["STANDIN_*"]  # drivers get an allow-listed env only
+    yield monkeypatch
+    for run in Run.objects.filter(state__in=RunState.active()):
+        launcher.kill(run)
+
+
+@pytest.fixture
+def silent(standin):
+    """Stand-in drivers that run until stopped (stop file) or killed."""
+    standin.setenv("STANDIN_MODE", "silent")
+    return standin
+
+
+@pytest.fixture
+def job_dirs(settings, tmp_path, live_server):
+    """Real spark-submit drivers, launched by the reconciler: their runs and checkpoints
+    under tmp_path (returned); they report heartbeats and progress to this test's own web
+    server. Drivers still running at the end are killed."""
+    from controlplane.definitions.models import Run, RunState
+    from controlplane.supervision import launcher
+
+    settings.CONTROLPLANE_URL = live_server.url
+    settings.CONTROLPLANE_HEARTBEAT_SECONDS = 1
+    settings.CONTROLPLANE_RUNS_ROOT = tmp_path / "runs"
+    settings.CONTROLPLANE_CHECKPOINT_ROOT = tmp_path / "checkpoints"
+    settings.CONTROLPLANE_STOP_TIMEOUT = 90
+    yield tmp_path
+    # A failed assertion must not leave a driver running for the rest of the suite.
+    for run in Run.objects.filter(state__in=RunState.active()):
+        launcher.kill(run)
+
+
+@pytest.fixture
+def shared(settings, tmp_path, live_server):
+    """A shared Spark application `shared` (real Spark, capacity 5) for pipelines placed in
+    it; its drivers report to this test's own web server. What still runs at the end (the
+    application, dedicated drivers) is killed. Modules whose `shared` is a row made without
+    Spark define their own."""
+    from controlplane.definitions.models import Run, RunState, SparkApplication
+    from controlplane.supervision import launcher
+
+    settings.CONTROLPLANE_URL = live_server.url
+    settings.CONTROLPLANE_HEARTBEAT_SECONDS = 1
+    settings.CONTROLPLANE_RUNS_ROOT = tmp_path / "runs"
+    settings.CONTROLPLANE_CHECKPOINT_ROOT = tmp_path / "checkpoints"
+    settings.CONTROLPLANE_STOP_TIMEOUT = 60
+    app = SparkApplication.objects.create(name="shared", capacity=5, driver_memory="1g")
+    yield app
+    # A failed assertion must not leave an application running for the rest of the suite.
+    for run in Run.objects.filter(state__in=RunState.active(), application__isnull=True):
+        launcher.kill(run)
+    for app in SparkApplication.objects.all():
+        if app.pid:
+            launcher.kill_application(app)

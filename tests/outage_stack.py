@@ -16,10 +16,12 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+import psycopg
 import requests
+
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,6 +30,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def sink_counts(stack: OutageStack, table: str) -> tuple[int, int]:
+    """(rows, distinct ids) in the stack's sink table; (0, 0) before it exists, or while
+    its PostgreSQL is down."""
+    try:
+        with psycopg.connect(stack.sink_dsn, connect_timeout=3) as conn:
+            return conn.execute(f'SELECT count(*), count(DISTINCT id) FROM "{table}"').fetchone()
+    except (psycopg.errors.UndefinedTable, psycopg.OperationalError):
+        return (0, 0)
 
 
 def _devstack(var: Path, pg_port: int, redis_port: int):
@@ -111,13 +123,14 @@ class OutageStack:
         )  # fmt: skip
 
     def wait_for_web(self) -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with contextlib.suppress(requests.RequestException):
-                if requests.get(f"{self.url}/healthz", timeout=2).status_code in (200, 503):
-                    return
-            time.sleep(0.3)
-        raise RuntimeError(f"the web app did not start; see {self.var / 'web.log'}")
+        wait_until(
+            lambda: requests.get(f"{self.url}/healthz", timeout=2).status_code in (200, 503),
+            60,
+            "the web app to answer",
+            every=0.3,
+            details=lambda: f"see {self.var / 'web.log'}",
+            ignore=(requests.RequestException,),
+        )
 
     def kill(self, name: str) -> None:
         """SIGKILL a process of the control plane (and what it started in its group)."""

@@ -10,11 +10,8 @@ import hashlib
 import hmac
 import json
 import signal
-import threading
-import time
 from datetime import timedelta
 from email import message_from_bytes
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import psutil
 import pytest
@@ -32,7 +29,9 @@ from controlplane.definitions.models import Run, RunState
 from controlplane.observability.collector import collect
 from tests.kafka_helpers import new_topic, produce
 from tests.outage_stack import free_port
-from tests.test_supervision import ENDED, orders, standin, step  # noqa: F401
+from tests.receivers import Receiver  # noqa: F401 - imported from here by other alert tests
+from tests.runs import orders, step
+from tests.waiting import wait_for
 
 
 class Mailbox:
@@ -53,41 +52,6 @@ def smtp(settings):
     settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", controller.port
     yield box
     controller.stop()
-
-
-class Receiver(ThreadingHTTPServer):
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.posts: list[tuple[str, dict, bytes]] = []
-        self.fail_next = 0
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class Handler(BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        server: Receiver = self.server
-        if server.fail_next:
-            server.fail_next -= 1
-            self.send_response(503)
-        else:
-            server.posts.append((self.path, dict(self.headers), body))
-            self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args) -> None:
-        pass
-
-
-@pytest.fixture
-def receiver():
-    server = Receiver()
-    yield server
-    server.shutdown()
 
 
 @pytest.fixture
@@ -118,8 +82,10 @@ def killed_until_it_gives_up(api, env) -> timezone.datetime:
     assert response.status_code == 200, response.json()
     assert api.post("/api/pipelines/orders/start/").status_code == 202
     killed: set[int] = set()
-    deadline = time.monotonic() + 60
-    while orders().status != "failed" and time.monotonic() < deadline:
+
+    def gave_up() -> bool:
+        if orders().status == "failed":
+            return True
         step(timezone.now())
         run = Run.objects.filter(pipeline=orders(), state=RunState.RUNNING).first()
         if run is not None and run.pid and run.generation not in killed:
@@ -131,7 +97,9 @@ def killed_until_it_gives_up(api, env) -> timezone.datetime:
                 driver.send_signal(signal.SIGKILL)
             if drivers:
                 killed.add(run.generation)
-        time.sleep(0.05)
+        return False
+
+    wait_for(gave_up, 60)
     assert orders().status == "failed", orders().status
     assert killed == {1, 2}
     summaries = [f["summary"] for f in api.get("/api/pipelines/orders/failures/").json()["results"]]
@@ -141,7 +109,7 @@ def killed_until_it_gives_up(api, env) -> timezone.datetime:
 
 def test_a_pipeline_that_gives_up_is_alerted_once_repeated_and_resolved(
     api,
-    standin,  # noqa: F811 - the fixture imported above
+    standin,
     channels,
     smtp,
     receiver,

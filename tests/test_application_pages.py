@@ -7,20 +7,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
-from controlplane.accounts.roles import set_role
 from controlplane.definitions.models import AuditEntry, Pipeline, Run, SparkApplication
-from tests.test_editing import field_errors
-
-
-def client_with(django_user_model, role: str | None) -> Client:
-    user, _ = django_user_model.objects.get_or_create(username=f"page-{role}")
-    set_role(user, role)
-    client = Client()
-    client.force_login(user)
-    return client
+from tests.clients import client_with, field_errors, form_for
 
 
 @pytest.fixture
@@ -216,8 +206,6 @@ def test_the_edit_form_places_a_pipeline_and_refuses_an_unknown_application(
     assert re.findall(r'<option value="([^"]*)"', select) == ["dedicated", "auto", "shared"]
     assert '<option value="dedicated" selected>' in select
     post = {"version": "1", "placement": "shared"}
-    from tests.test_editing import form_for
-
     spec = Pipeline.objects.get(name="orders").spec
     response = editor.post(url, {**form_for(spec), **post})
     assert response.status_code == 302, field_errors(response.content.decode(), "placement")

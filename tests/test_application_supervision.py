@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,13 +18,14 @@ from django.utils import timezone
 from controlplane.definitions.models import Failure, Pipeline, Run, RunState, SparkApplication
 from controlplane.supervision import applications, controls, launcher, reconciler
 from tests.factories import valid_spec
-from tests.test_supervision import standin  # noqa: F401 - the fixture
+from tests.runs import current
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def apps(standin):  # noqa: F811
+def apps(standin):
     made = []
 
     def make(name: str, capacity: int = 5, **fields) -> SparkApplication:
@@ -49,25 +49,25 @@ def new_pipeline(api, name: str, placement: str) -> Pipeline:
 
 
 def until(predicate, what: str, timeout: float = 20, at=None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Tick (at the time `at()`, or now) until `predicate()` holds; the stand-ins make a
+    tick cheap: polled at the default interval."""
+
+    def ticked():
         reconciler.tick(at() if at else timezone.now())
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(
-        f"timed out waiting for {what}: {list(SparkApplication.objects.values())}"
-        f" {list(Run.objects.values('pipeline__name', 'state', 'cause', 'application_id'))}"
-        f" {list(Pipeline.objects.values('name', 'status', 'status_message'))}"
-    )
+        return predicate()
+
+    def details() -> str:
+        return (
+            f"{list(SparkApplication.objects.values())}"
+            f" {list(Run.objects.values('pipeline__name', 'state', 'cause', 'application_id'))}"
+            f" {list(Pipeline.objects.values('name', 'status', 'status_message'))}"
+        )
+
+    wait_until(ticked, timeout, what, details=details)
 
 
 def app(name: str) -> SparkApplication:
     return SparkApplication.objects.get(name=name)
-
-
-def current(name: str) -> Run | None:
-    return Run.objects.filter(pipeline__name=name).order_by("-generation").first()
 
 
 def members(name: str) -> set[str]:
@@ -157,7 +157,7 @@ def test_a_member_that_will_not_stop_gets_its_application_recycled(
     api,
     apps,
     pipeline,
-    standin,  # noqa: F811 - the imported fixture
+    standin,
     settings,
     user,
 ):

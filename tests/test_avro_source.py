@@ -15,7 +15,7 @@ from jobs.pipeline import RunConfig
 from jobs.sinks.postgres import DEAD_LETTERS_TABLE
 from jobs.spec import parse_spec
 from tests.kafka_helpers import new_topic, produce
-from tests.test_pipeline_postgres import drain, fetch, forget_last_commit
+from tests.spark_helpers import drain, fetch, forget_last_commit
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 

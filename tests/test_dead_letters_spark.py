@@ -13,18 +13,9 @@ from django.utils import timezone
 from controlplane.definitions.models import AuditEntry, PipelineFigures, RunState
 from controlplane.observability import collector
 from tests.kafka_helpers import produce
-from tests.test_launch_and_stop import new_pipeline
-from tests.test_shared_applications import POLICY, current, shared, until  # noqa: F401
+from tests.runs import POLICY, current, new_pipeline, sink_rows, tick_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
-
-
-def sink_rows(sink_dsn: str, table: str) -> dict[str, int]:
-    try:
-        with psycopg.connect(sink_dsn) as conn:
-            return dict(conn.execute(f'SELECT id, n FROM "{table}"').fetchall())
-    except psycopg.errors.UndefinedTable:
-        return {}
 
 
 def sink_count(sink_dsn: str, table: str) -> int:
@@ -43,7 +34,7 @@ def test_dead_letters_are_counted_exactly_and_redriven_after_a_schema_fix(
     postgres_connection,
     kafka_bootstrap,
     sink_dsn,
-    shared,  # noqa: F811
+    shared,
 ):
     topic, table = new_pipeline(api, kafka_bootstrap, "letters", restart_policy=POLICY)
     from controlplane.definitions.models import Pipeline
@@ -64,7 +55,7 @@ def test_dead_letters_are_counted_exactly_and_redriven_after_a_schema_fix(
         return seen == {topic: {"0": each, "1": each, "2": each}}
 
     assert api.post("/api/pipelines/letters/start/").status_code == 202
-    until(lambda: sink_count(sink_dsn, table) == 30 and committed(14), 240, "the first batch")
+    tick_until(lambda: sink_count(sink_dsn, table) == 30 and committed(14), 240, "the first batch")
 
     collector.collect(timezone.now())
     assert PipelineFigures.objects.get(pipeline__name="letters").dead_letters == 12
@@ -89,7 +80,7 @@ def test_dead_letters_are_counted_exactly_and_redriven_after_a_schema_fix(
     }
     assert api.patch("/api/pipelines/letters/", {"spec": spec}, format="json").status_code == 200
     assert api.post("/api/pipelines/letters/restart/", {"reason": "schema fix"}).status_code == 202
-    until(
+    tick_until(
         lambda: (
             current("letters").spec_version == 2 and current("letters").state == RunState.RUNNING
         ),
@@ -110,7 +101,7 @@ def test_dead_letters_are_counted_exactly_and_redriven_after_a_schema_fix(
     def redriven_letters() -> list[dict]:
         return api.get("/api/pipelines/letters/dead-letters/").json()["results"]
 
-    until(
+    tick_until(
         lambda: sink_count(sink_dsn, table) == 39 and len(redriven_letters()) == 3,
         120,
         "the redriven records written, the garbage back",

@@ -3,26 +3,17 @@ fields, versions as preconditions, secrets never sent back."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
-from django.test import Client
 from django.urls import reverse
 
-from controlplane.accounts.roles import set_role
 from controlplane.connections.models import Connection
 from controlplane.definitions.models import AuditEntry, Pipeline
 from controlplane.pages import forms
 from jobs.spec import parse_spec
+from tests.clients import field_errors, form_for, new_pipeline_post
 from tests.factories import valid_spec
 
 # -- pure: forms ------------------------------------------------------------------------------
-
-
-def form_for(spec: dict, **changes) -> dict:
-    values = forms.pipeline_values("orders", "", spec)
-    values.update(changes)
-    return {k: v for k, v in values.items() if v not in ("", False)}
 
 
 def test_a_stored_spec_survives_the_round_trip_through_the_form():
@@ -96,43 +87,6 @@ def test_a_connection_form_keeps_secrets_out_of_what_is_shown_again():
 
 
 # -- pages --------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def editor(django_user_model) -> Client:
-    user = django_user_model.objects.create_user(username="ed")
-    set_role(user, "editor")
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def field_errors(html: str, name: str) -> str:
-    match = re.search(rf'<ul class="field-errors" id="e-{re.escape(name)}">(.*?)</ul>', html, re.S)
-    return match.group(1) if match else ""
-
-
-def new_pipeline_post(**changes) -> dict:
-    post = {
-        "name": "payments",
-        "description": "card payments",
-        "source_connection": "events",
-        "topics": "payments",
-        "schema": "id STRING, amount DOUBLE",
-        "starting_offsets": "earliest",
-        "max_records_per_batch": "1000",
-        "fail_on_data_loss": "on",
-        "reader": "python",
-        "transform_sql": "SELECT id, amount FROM source WHERE amount > 0",
-        "sink_connection": "warehouse",
-        "table": "payments",
-        "mode": "append",
-        "interval_seconds": "2",
-        "restart_kind": "fixed-delay",
-        "restart_fixed-delay_attempts": "4",
-    }
-    post.update(changes)
-    return {k: v for k, v in post.items() if v is not None}
 
 
 def test_an_editor_creates_a_pipeline_from_the_form(editor, kafka_connection, postgres_connection):

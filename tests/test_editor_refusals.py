@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from controlplane.connections.models import Connection
 from controlplane.definitions.models import AuditEntry, Pipeline
-from tests.test_editing import editor, field_errors, new_pipeline_post  # noqa: F401
+from tests.clients import field_errors, new_pipeline_post
 
 ATTACKS = [
     ("SELECT TRANSFORM(id) USING 'sh -c id' AS (x STRING) FROM source", "script transform"),
@@ -22,7 +22,7 @@ ATTACKS = [
 
 @pytest.mark.parametrize(("sql", "named"), ATTACKS)
 def test_the_pipeline_form_refuses_transforms_that_reach_the_host(
-    editor,  # noqa: F811
+    editor,
     kafka_connection,
     postgres_connection,
     sql,
@@ -52,7 +52,7 @@ def own_dsn() -> str:
 )
 def test_connections_that_reach_the_host_or_the_control_plane_are_refused(
     api,
-    editor,  # noqa: F811
+    editor,
     dsn,
     named,
 ):
@@ -94,7 +94,7 @@ def test_a_kafka_connection_may_not_name_files_of_the_host(api):
 
 @pytest.mark.parametrize("table", ["_cp_commits", "pg_catalog.pg_authid"])
 def test_the_pipeline_form_refuses_the_sinks_own_and_the_systems_tables(
-    editor,  # noqa: F811
+    editor,
     kafka_connection,
     postgres_connection,
     table,

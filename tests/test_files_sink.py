@@ -18,8 +18,8 @@ from jobs.pipeline import RunConfig, start_query, stream_id
 from jobs.sinks import files
 from jobs.spec import parse_spec
 from tests.kafka_helpers import new_topic, produce
-from tests.test_kafka_sink import failure
-from tests.test_pipeline_postgres import drain, forget_last_commit
+from tests.spark_helpers import drain, failure, forget_last_commit
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -298,9 +298,8 @@ def test_the_running_query_rolls_by_inactivity(spark, kafka_bootstrap, tmp_path)
     query = start_query(spark, config)
     try:
         out = base(config)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(finished_ids(spark, out)) < 300:
-            time.sleep(0.5)
+        # Every 0.5 s: each poll is a Spark read of the finished files.
+        wait_for(lambda: len(finished_ids(spark, out)) >= 300, 60, every=0.5)
         assert read_ids(spark, out) == expected(300)
         assert {e["reason"] for e in manifest(out)} == {"inactivity"}
     finally:
@@ -342,9 +341,7 @@ def test_rows_left_staged_roll_when_the_next_run_starts_without_new_records(
     assert finished(out) == []
     query = start_query(spark, config)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not finished(out):
-            time.sleep(0.5)
+        wait_for(lambda: finished(out), 60)
         assert read_ids(spark, out) == expected(200)
         assert query.lastProgress is None or query.lastProgress["numInputRows"] == 0
     finally:

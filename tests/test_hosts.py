@@ -17,8 +17,8 @@ from django.utils import timezone
 from controlplane.accounts.models import digest
 from controlplane.definitions.models import Host, Pipeline, Run, SparkApplication
 from controlplane.supervision import attention, capacity, hosts, launcher, reconciler
-from tests.test_supervision import orders, standin, step  # noqa: F401
-from tests.test_supervision_faults import driver
+from tests.clients import driver
+from tests.runs import orders, step
 from tests.waiting import wait_for
 
 T = timezone.now()
@@ -152,7 +152,7 @@ def test_a_run_on_a_lost_host_ends_its_token_is_refused_and_it_restarts_here(
     host_b,
     on_b,
     sent,
-    standin,  # noqa: F811 - the fixture imported above
+    standin,
     settings,
 ):
     standin.setenv("STANDIN_MODE", "silent")
@@ -189,7 +189,7 @@ def test_a_new_driver_is_placed_on_the_host_with_room_and_launched_there(
     api,
     host_b,
     sent,
-    standin,  # noqa: F811 - the fixture imported above
+    standin,
     settings,
     django_capture_on_commit_callbacks,
 ):
@@ -234,7 +234,7 @@ def test_an_application_is_placed_on_a_host_and_lost_with_it(
     host_b,
     sent,
     settings,
-    standin,  # noqa: F811 - the fixture imported above
+    standin,
     django_capture_on_commit_callbacks,
 ):
     here = settings.CONTROLPLANE_HOST_NAME

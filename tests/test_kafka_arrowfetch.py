@@ -18,6 +18,7 @@ from kafka.record.util import calc_crc32c
 from jobs.kafka import arrowfetch
 from jobs.kafka.arrowfetch import Chunk
 from tests.kafka_helpers import new_topic
+from tests.waiting import wait_for
 
 TP = TopicPartition("t", 0)
 GZIP = 1
@@ -161,9 +162,12 @@ def test_a_real_consumer_returns_chunks_from_the_broker(kafka_bootstrap, topic):
     consumer.assign([tp])
     consumer.seek(tp, 700)
     got: list[Chunk] = []
-    deadline = time.monotonic() + 60
-    while sum(len(c) for c in got) < len(sent) - 700 and time.monotonic() < deadline:
-        got += consumer.poll(timeout_ms=1000).get(tp, [])
+
+    def read_from_700() -> bool:
+        got.extend(consumer.poll(timeout_ms=1000).get(tp, []))
+        return sum(len(c) for c in got) >= len(sent) - 700
+
+    wait_for(read_from_700, 60, every=0)  # each poll waits up to 1 s for records
     consumer.close()
     assert all(isinstance(c, Chunk) for c in got)
     offsets = np.concatenate([c.offsets for c in got])

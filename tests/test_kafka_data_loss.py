@@ -18,11 +18,9 @@ import json
 import os
 import shutil
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
-import psycopg
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
@@ -35,7 +33,9 @@ from jobs.reporting import ProgressPoller
 from jobs.run import wait
 from tests import kafka_helpers
 from tests.kafka_helpers import new_topic, produce
-from tests.test_pipeline_postgres import run_config as pipeline_config
+from tests.spark_helpers import events, fetch
+from tests.spark_helpers import run_config as pipeline_config
+from tests.waiting import wait_for, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -85,17 +85,6 @@ def failure(spark, config) -> str:
         query.stop()
 
 
-def fetch(dsn, query, *args):
-    with psycopg.connect(dsn) as conn:
-        return conn.execute(query, args).fetchall()
-
-
-def events(start, stop):
-    return [
-        {"id": f"e{i}", "amount": i * 1.5, "ts": "2026-11-21T10:00:00Z"} for i in range(start, stop)
-    ]
-
-
 def landed(dsn, config) -> list[str]:
     """The ids in the pipeline's table, sorted, duplicates kept."""
     return sorted(r[0] for r in fetch(dsn, f'SELECT id FROM "{config.spec.sink.table}"'))
@@ -131,17 +120,6 @@ def log_bounds(bootstrap, topic) -> tuple[dict[int, int], dict[int, int]]:
     finally:
         consumer.close()
     return {tp.partition: o for tp, o in start.items()}, {tp.partition: o for tp, o in end.items()}
-
-
-def wait_until(condition, seconds: float, what: str, every: float = 0.5):
-    deadline = time.monotonic() + seconds
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {seconds:g} s")
-        time.sleep(every)
 
 
 def admin(bootstrap) -> KafkaAdminClient:
@@ -233,7 +211,12 @@ def set_topic_config(bootstrap, topics, name: str, value: str) -> None:
     finally:
         client.close()
     for t in topics:
-        wait_until(lambda t=t: topic_config(bootstrap, t, name) == value, 30, f"{t} {name}")
+        wait_until(
+            lambda t=t: topic_config(bootstrap, t, name) == value,
+            30,
+            f"{t} {name} to be {value}",
+            every=0.5,  # an admin client per poll
+        )
 
 
 def retention_topic(bootstrap) -> str:
@@ -284,7 +267,10 @@ def expired(spark, kafka_bootstrap, tmp_path_factory):
     def expired_everywhere():
         return all(log_bounds(kafka_bootstrap, t)[0] == {0: 200, 1: 200, 2: 200} for t in topics)
 
-    wait_until(expired_everywhere, RETENTION_WAIT_SECONDS, "retention deleted the records", 1)
+    # Polled every 0.5 s: a consumer per topic per poll.
+    wait_until(
+        expired_everywhere, RETENTION_WAIT_SECONDS, "retention to delete the records", every=0.5
+    )
     # Back to a week, before records that must stay are produced.
     set_topic_config(kafka_bootstrap, topics, "retention.ms", str(7 * 24 * 3600 * 1000))
     for topic in topics:
@@ -360,10 +346,13 @@ def test_a_subscribed_member_of_the_group_reads_only_what_the_pipeline_did_not(
     got: list[str] = []
     try:
         consumer.subscribe([mirrored.topic])
-        deadline = time.monotonic() + 60
-        while len(got) < len(mirrored.unread) and time.monotonic() < deadline:
+
+        def read_the_unread() -> bool:
             for records in consumer.poll(timeout_ms=500).values():
                 got.extend(_id(r) for r in records)
+            return len(got) >= len(mirrored.unread)
+
+        wait_for(read_the_unread, 60, every=0)  # each poll waits up to 0.5 s for records
         for records in consumer.poll(timeout_ms=1000).values():  # nothing more must come
             got.extend(_id(r) for r in records)
         # Partitions came from the group's assignment, not from assign().

@@ -33,6 +33,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from controlplane.observability.collector import collect
 from controlplane.supervision.restarts import classify
 from jobs.connections import kafka_client_config, validate_connection
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.kafka]
 
@@ -155,10 +156,13 @@ def test_clients_built_from_a_connection_produce_and_consume_with_each_mechanism
     try:
         consumer.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
         got = []
-        deadline = time.monotonic() + 30
-        while len(got) < len(sent) and time.monotonic() < deadline:
+
+        def read_all() -> bool:
             for records in consumer.poll(timeout_ms=500).values():
-                got += [json.loads(r.value) for r in records]
+                got.extend(json.loads(r.value) for r in records)
+            return len(got) >= len(sent)
+
+        wait_for(read_all, 30, every=0)  # each poll waits up to 0.5 s for records
     finally:
         consumer.close()
     assert sorted(got, key=lambda v: v["n"]) == sent

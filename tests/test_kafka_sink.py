@@ -7,13 +7,12 @@ import json
 import uuid
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
 
 from jobs.pipeline import RunConfig, start_query, stream_id
 from jobs.sinks.kafka import KafkaWriter, transactional_prefix
 from jobs.spec import parse_spec
-from tests.kafka_helpers import new_topic, produce
-from tests.test_pipeline_postgres import drain, forget_last_commit
+from tests.kafka_helpers import new_topic, produce, read_committed
+from tests.spark_helpers import drain, failure, forget_last_commit
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -53,31 +52,6 @@ def kafka_sink_config(tmp_path, bootstrap, source_topic, out, dead, *, reader=No
         run_dir=str(run_dir),
         sink_kafka=client,
     )
-
-
-def failure(spark, config) -> str:
-    """What the query's run fails with (it must fail)."""
-    query = start_query(spark, config, available_now=True)
-    with pytest.raises(Exception) as failed:
-        query.awaitTermination(120)
-    return str(failed.value)
-
-
-def read_committed(bootstrap, topic, *, isolation="read_committed"):
-    """Every record of `topic` a read_committed consumer sees: (key, value, headers)."""
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        isolation_level=isolation,
-        enable_auto_commit=False,
-        consumer_timeout_ms=3000,
-    )
-    try:
-        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
-        consumer.assign(partitions)
-        consumer.seek_to_beginning(*partitions)
-        return [(r.key, r.value, dict(r.headers)) for r in consumer]
-    finally:
-        consumer.close()
 
 
 def values(records):

@@ -24,14 +24,9 @@ from kafka import KafkaConsumer, TopicPartition
 
 from controlplane.definitions.models import Pipeline, Run, RunState
 from jobs.checkpoints import read_checkpoint
-from tests.kafka_helpers import new_topic, produce
-from tests.test_kafka_sink import read_committed
-from tests.test_launch_and_stop import (  # noqa: F401 - job_dirs: a fixture
-    driver_pid,
-    job_dirs,
-    reconcile_until,
-    restarted_after_kill,
-)
+from tests.kafka_helpers import new_topic, produce, read_committed
+from tests.runs import driver_pid, reconcile_until, restarted_after_kill
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
 
@@ -98,7 +93,7 @@ def test_kafka_postgres_and_files_sinks_survive_kill_9_inside_transactions_and_r
     files_dir,
     kafka_bootstrap,
     sink_dsn,
-    job_dirs,  # noqa: F811
+    job_dirs,
     spark,
 ):
     source, out, dead = (new_topic(kafka_bootstrap) for _ in range(3))
@@ -170,9 +165,8 @@ def test_kafka_postgres_and_files_sinks_survive_kill_9_inside_transactions_and_r
         produce_more(60000)  # several batches in flight when the driver dies
         run = Run.objects.get(pipeline__name="k2k", state=RunState.RUNNING)
         driver = driver_pid(run)
-        deadline = time.monotonic() + 60
-        while not inside() and time.monotonic() < deadline:
-            time.sleep(0.005)
+        # Polled every 5 ms: the kill must land while it is inside (counted below, after).
+        wait_for(inside, 60, every=0.005)
         os.kill(driver, signal.SIGKILL)
         time.sleep(1)
         # The dead driver's transaction stays open (nothing can commit it any more) until its

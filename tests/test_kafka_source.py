@@ -15,7 +15,7 @@ from jobs.kafka.group_commit import GroupCommitter, mirror
 from jobs.kafka.offsets import PLAN, flatten
 from jobs.kafka.source import KafkaDataSource, KafkaSourceOptions, KafkaStreamReader
 from tests.kafka_helpers import new_topic, produce
-from tests.waiting import wait_for
+from tests.waiting import wait_for, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -107,15 +107,13 @@ def recreate(bootstrap, topic, partitions):
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         admin.delete_topics([topic])
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                admin.create_topics([NewTopic(topic, partitions, 1)])
-                return
-            except TopicAlreadyExistsError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+
+        def created() -> bool:
+            admin.create_topics([NewTopic(topic, partitions, 1)])
+            return True
+
+        # The broker deletes the topic in the background: "already exists" until it is gone.
+        wait_until(created, 30, f"{topic} to be created again", ignore=(TopicAlreadyExistsError,))
     finally:
         admin.close()
 

@@ -6,10 +6,8 @@ real detached spark-submit process, as in production.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -20,84 +18,15 @@ from kafka.admin import KafkaAdminClient
 from controlplane.definitions.models import BatchProgress, Pipeline, Run, RunState
 from controlplane.observability.collector import collect
 from controlplane.supervision import launcher, reconciler
-from tests.kafka_helpers import new_topic, produce
-from tests.test_driver_isolation import assert_driver_isolated, plant_secrets
-from tests.waiting import wait_for
+from tests.isolation import assert_driver_isolated, plant_secrets
+from tests.kafka_helpers import produce
+from tests.runs import count, new_pipeline, reconcile_until
+from tests.waiting import wait_for, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
 
 # Both Kafka readers: Spark's connector (the default) and the Python reader.
 READERS = ["spark-kafka", "python"]
-
-
-@pytest.fixture
-def job_dirs(settings, tmp_path, live_server):
-    # The driver reports heartbeats and progress to this test's own web server.
-    settings.CONTROLPLANE_URL = live_server.url
-    settings.CONTROLPLANE_HEARTBEAT_SECONDS = 1
-    settings.CONTROLPLANE_RUNS_ROOT = tmp_path / "runs"
-    settings.CONTROLPLANE_CHECKPOINT_ROOT = tmp_path / "checkpoints"
-    settings.CONTROLPLANE_STOP_TIMEOUT = 90
-    yield tmp_path
-    # A failed assertion must not leave a driver running for the rest of the suite.
-    for run in Run.objects.filter(state__in=RunState.active()):
-        launcher.kill(run)
-
-
-def reconcile_until(name, predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pipeline = Pipeline.objects.get(name=name)
-        reconciler.reconcile_pipeline(pipeline.pk, timezone.now())
-        if predicate():
-            return
-        time.sleep(1)
-    run = Run.objects.filter(pipeline__name=name).first()
-    log = Path(run.log_path).read_text()[-3000:] if run and run.log_path else ""
-    raise AssertionError(f"timed out waiting for {what}; run={run and run.__dict__}\n{log}")
-
-
-def driver_pid(run: Run) -> int:
-    """The pid of a run's Spark driver (the JVM), from its run directory."""
-    return json.loads(Path(run.run_dir, "driver.json").read_text())["pid"]
-
-
-def restarted_after_kill(name: str, run: Run, what: str) -> None:
-    """Wait until a run other than `run` (whose driver was SIGKILLed) is running, and check
-    that `run` ended as a crash by signal 9."""
-    reconcile_until(
-        name,
-        lambda: (
-            Run.objects.filter(pipeline__name=name, state=RunState.RUNNING)
-            .exclude(pk=run.pk)
-            .exists()
-        ),
-        120,
-        what,
-    )
-    run.refresh_from_db()
-    assert (run.cause, run.exit_code) == ("crashed", -9)
-
-
-def new_pipeline(api, bootstrap: str, name: str, *, source=None, **spec) -> tuple[str, str]:
-    """A pipeline `name` from a fresh topic into a fresh table; returns (topic, table)."""
-    topic = new_topic(bootstrap)
-    table = f"{name}_{topic.replace('-', '_')}"
-    body = {
-        "source": {
-            "connection": "events",
-            "topics": [topic],
-            "schema": "id STRING, n INT",
-            "starting_offsets": "earliest",
-            **(source or {}),
-        },
-        "sink": {"connection": "warehouse", "table": table},
-        "trigger": {"interval_seconds": 1},
-        **spec,
-    }
-    response = api.post("/api/pipelines/", {"name": name, "spec": body}, format="json")
-    assert response.status_code == 201, response.json()
-    return topic, table
 
 
 def group_offsets(bootstrap: str, group: str) -> dict:
@@ -113,14 +42,6 @@ def group_offsets(bootstrap: str, group: str) -> dict:
     finally:
         admin.close()
     return {(tp.topic, tp.partition): m.offset for tp, m in seen.items()}
-
-
-def count(dsn, table):
-    with psycopg.connect(dsn) as conn:
-        try:
-            return conn.execute(f'SELECT count(*), count(DISTINCT id) FROM "{table}"').fetchone()
-        except psycopg.errors.UndefinedTable:
-            return (0, 0)
 
 
 def test_start_runs_a_driver_and_stop_ends_it_gracefully_and_it_resumes(
@@ -300,9 +221,10 @@ def test_a_fast_sink_shows_ok_and_a_slow_one_high_backpressure_and_growing_lag(
     produced = 0
 
     def feed_until(predicate, timeout, what):
-        nonlocal produced
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        figures = {}
+
+        def fed():
+            nonlocal produced
             produce(
                 kafka_bootstrap,
                 topic,
@@ -312,11 +234,13 @@ def test_a_fast_sink_shows_ok_and_a_slow_one_high_backpressure_and_growing_lag(
             produced += 100
             reconciler.reconcile_pipeline(Pipeline.objects.get(name="slow").pk, timezone.now())
             collect(timezone.now())
-            figures = api.get("/api/pipelines/slow/metrics/").json()
-            if predicate(figures):
-                return figures
-            time.sleep(1)
-        raise AssertionError(f"timed out waiting for {what}: {figures}")
+            figures.clear()
+            figures.update(api.get("/api/pipelines/slow/metrics/").json())
+            return predicate(figures) and dict(figures)
+
+        # Every 1 s, not faster: each poll also produces 100 records, so the interval sets
+        # the arrival rate the sink keeps up with (or, slowed down, does not).
+        return wait_until(fed, timeout, what, every=1, details=lambda: figures)
 
     def steady_batches():
         return BatchProgress.objects.filter(run__pipeline__name="slow", num_input_rows__gt=0)

@@ -21,7 +21,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from controlplane.accounts.roles import set_role
-from tests.api.test_run_reports import driver, running  # noqa: F401 - a fixture
+from tests.clients import driver
 
 ROOT = Path(__file__).resolve().parents[1]
 PASSWORD = "Right-horse-battery-9"  # a test user's
@@ -241,7 +241,7 @@ def test_inactive_users_tokens_and_malformed_headers_count_too(token_limit, user
     assert token not in caplog.text
 
 
-def test_driver_run_tokens_are_not_limited(token_limit, running):  # noqa: F811
+def test_driver_run_tokens_are_not_limited(token_limit, running):
     for _ in range(4):
         bad(ip="127.0.0.1").get("/api/pipelines/")
     assert bad(ip="127.0.0.1").get("/api/pipelines/").status_code == 429

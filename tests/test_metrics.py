@@ -16,9 +16,10 @@ import pytest
 from django.utils import timezone
 
 from controlplane.observability.collector import collect
-from jobs.pipeline import RunConfig, start_query
+from jobs.pipeline import RunConfig
 from jobs.spec import parse_spec
 from tests.kafka_helpers import new_topic, produce
+from tests.spark_helpers import drain
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -55,12 +56,6 @@ def figures(api, name: str = "metered") -> dict:
     """A collector round, then the pipeline's figures as the API serves them."""
     assert "skipped" not in collect(timezone.now())
     return api.get(f"/api/pipelines/{name}/metrics/").json()
-
-
-def drain(spark, config):
-    query = start_query(spark, config, available_now=True)
-    query.awaitTermination(180)
-    assert query.exception() is None, query.exception()
 
 
 def test_lag_is_exact_while_stopped_and_nothing_once_caught_up(

@@ -13,8 +13,7 @@ import pytest
 
 from controlplane.definitions.models import AuditEntry, Pipeline, RunState
 from tests.kafka_helpers import produce
-from tests.test_launch_and_stop import new_pipeline
-from tests.test_shared_applications import POLICY, current, shared, until  # noqa: F401
+from tests.runs import POLICY, current, new_pipeline, tick_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
 
@@ -34,7 +33,7 @@ def test_a_reset_to_a_time_reads_exactly_the_records_from_then_on(
     postgres_connection,
     kafka_bootstrap,
     sink_dsn,
-    shared,  # noqa: F811
+    shared,
 ):
     topic, table = new_pipeline(api, kafka_bootstrap, "rewind", restart_policy=POLICY)
     Pipeline.objects.filter(name="rewind").update(placement="shared")
@@ -42,10 +41,10 @@ def test_a_reset_to_a_time_reads_exactly_the_records_from_then_on(
     produce(kafka_bootstrap, topic, ({"id": f"r{i}", "n": i} for i in range(90)),
             timestamp=lambda i: t0 + i * 1000)  # fmt: skip
     assert api.post("/api/pipelines/rewind/start/").status_code == 202
-    until(lambda: sum(rows(sink_dsn, table).values()) == 90, 240, "the first 90 rows")
+    tick_until(lambda: sum(rows(sink_dsn, table).values()) == 90, 240, "the first 90 rows")
     # The rows are in; the checkpoint's commit of their batch follows (a stop before it would
     # leave the batch to be read again, exactly once, by the next run).
-    until(
+    tick_until(
         lambda: (
             api.get("/api/pipelines/rewind/offsets/").json()["committed"]
             == {topic: {"0": 30, "1": 30, "2": 30}}
@@ -61,7 +60,7 @@ def test_a_reset_to_a_time_reads_exactly_the_records_from_then_on(
     assert response.json()["detail"] == "pipeline 'rewind' is wanted running: stop it first"
 
     assert api.post("/api/pipelines/rewind/stop/").status_code == 202
-    until(lambda: current("rewind").state == RunState.EXITED, 120, "the stop")
+    tick_until(lambda: current("rewind").state == RunState.EXITED, 120, "the stop")
     seen = api.get("/api/pipelines/rewind/offsets/").json()
     assert seen["committed"] == {topic: {"0": 30, "1": 30, "2": 30}}
     assert seen["pending_reset"] is None
@@ -80,12 +79,12 @@ def test_a_reset_to_a_time_reads_exactly_the_records_from_then_on(
     assert api.get("/api/pipelines/rewind/offsets/").json()["pending_reset"] == done["start"]
 
     assert api.post("/api/pipelines/rewind/start/").status_code == 202
-    until(lambda: sum(rows(sink_dsn, table).values()) == 120, 240, "the reprocessed rows")
+    tick_until(lambda: sum(rows(sink_dsn, table).values()) == 120, 240, "the reprocessed rows")
     counts = rows(sink_dsn, table)
     assert {n: c for n, c in counts.items() if c != 1} == {n: 2 for n in range(60, 90)}
     assert sorted(counts) == list(range(90))
     # The new checkpoint's commit of the batch follows its rows.
-    until(
+    tick_until(
         lambda: (
             api.get("/api/pipelines/rewind/offsets/").json()["committed"]
             == {topic: {"0": 30, "1": 30, "2": 30}}

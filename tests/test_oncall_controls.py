@@ -6,33 +6,14 @@ Drivers are real processes under the real supervisor, stand-ins for spark-submit
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
-from pathlib import Path
 
-import pytest
 from django.utils import timezone
 
 from controlplane.definitions.models import AuditEntry, Run, RunState
 from controlplane.supervision import launcher, reconciler
-from tests.test_supervision import orders, seconds, standin, step, until_it_ends  # noqa: F401
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def silent(standin):  # noqa: F811 - the fixture imported above
-    standin.setenv("STANDIN_MODE", "silent")
-    return standin
-
-
-def wait_until(predicate, what, timeout=20):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.runs import orders, step, until_it_ends
+from tests.waiting import wait_until
 
 
 def post(api, action, reason=None):
@@ -73,7 +54,7 @@ def test_suspend_stops_gracefully_and_holds_until_resumed(api, silent):
     run = running(api)
     post(api, "suspend")
     step(timezone.now())  # asks the driver to stop (stop file)
-    wait_until(lambda: step(timezone.now()) == "stopped", "the graceful stop")
+    wait_until(lambda: step(timezone.now()) == "stopped", 20, "the graceful stop")
     run.refresh_from_db()
     assert (run.cause, run.exit_code) == ("stopped", 0)
     assert orders().status == "suspended"
@@ -91,14 +72,14 @@ def test_kill_ends_the_driver_at_once(api, silent):
     run.refresh_from_db()
     assert (run.state, run.cause, run.exit_code) == ("exited", "killed", -9)
     assert "runaway job" in run.error_tail
-    wait_until(lambda: launcher.alive(run) is False, "the process tree to die")
+    wait_until(lambda: launcher.alive(run) is False, 20, "the process tree to die")
     assert post(api, "kill").status_code == 202  # again: nothing left to kill, still fine
 
 
 def test_restart_replaces_the_driver_with_a_new_generation(api, silent):
     first = running(api)
     assert post(api, "restart", "pick up new config").json()["status"] == "restarting"
-    wait_until(lambda: step(timezone.now()) == "start", "the new driver")
+    wait_until(lambda: step(timezone.now()) == "start", 20, "the new driver")
     first.refresh_from_db()
     assert (first.state, first.exit_code) == ("exited", 0)  # stopped gracefully first
     second = Run.objects.get(pipeline=orders(), state=RunState.RUNNING)
@@ -107,7 +88,7 @@ def test_restart_replaces_the_driver_with_a_new_generation(api, silent):
     launcher.kill(second)
 
 
-def test_restart_now_skips_a_pending_backoff_and_reset_restarts_counts_afresh(api, standin):  # noqa: F811
+def test_restart_now_skips_a_pending_backoff_and_reset_restarts_counts_afresh(api, standin):
     api.patch(
         "/api/pipelines/orders/",
         {"spec": {"restart_policy": {"kind": "fixed-delay", "attempts": 5, "delay_seconds": 600}}},
@@ -144,7 +125,7 @@ def test_actions_that_do_not_apply_are_refused_with_409_and_bad_input_with_400(a
     ) == ["create"]
 
 
-def test_runs_and_failures_are_listed_newest_first(api, standin):  # noqa: F811
+def test_runs_and_failures_are_listed_newest_first(api, standin):
     api.patch(
         "/api/pipelines/orders/",
         {"spec": {"restart_policy": {"kind": "fixed-delay", "attempts": 1, "delay_seconds": 0}}},

@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
 
-import psycopg
 import pytest
 import requests
-from kafka import KafkaProducer
 
-from tests.kafka_helpers import new_topic
-from tests.outage_stack import OutageStack
+from tests.kafka_helpers import Load, new_topic
+from tests.outage_stack import OutageStack, sink_counts
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -42,58 +40,26 @@ def stack(kafka_bootstrap):
         stack.close()
 
 
-class Load:
-    """Records with unique ids into the topic at about `rate` a second, until stopped."""
-
-    def __init__(self, bootstrap: str, topic: str, rate: float = 200) -> None:
-        self.producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
-        self.topic, self.rate, self.sent = topic, rate, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            for _ in range(int(self.rate / 10)):
-                payload = json.dumps({"id": f"e{self.sent}", "n": self.sent}).encode()
-                self.producer.send(self.topic, value=payload, partition=self.sent % 3)
-                self.sent += 1
-            self._stop.wait(max(0.0, 0.1 - (time.monotonic() - started)))
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join(10)
-        self.producer.flush()
-        self.producer.close()
-        return self.sent
-
-
-def sink_counts(stack: OutageStack, table: str) -> tuple[int, int]:
-    try:
-        with psycopg.connect(stack.sink_dsn, connect_timeout=3) as conn:
-            return conn.execute(f'SELECT count(*), count(DISTINCT id) FROM "{table}"').fetchone()
-    except (psycopg.errors.UndefinedTable, psycopg.OperationalError):
-        return (0, 0)
-
-
 def wait(predicate, timeout: float, what: str, stack: OutageStack) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except (requests.RequestException, ValueError, KeyError):
-            pass
-        time.sleep(1)
-    runs = ""
-    with contextlib.suppress(requests.RequestException):
-        runs = stack.api("GET", f"/api/pipelines/{PIPELINE}/runs/").text[-3000:]
-    logs = sorted((stack.var / "runs").glob("*/*/driver.log"))
-    driver = logs[-1].read_text(errors="replace")[-5000:] if logs else ""
-    raise AssertionError(
-        f"timed out waiting for {what}\nruns: {runs}\nworker: {stack.log('worker')[-2000:]}"
-        f"\ndriver: {driver}"
+    """Poll `predicate()` (an HTTP call to the stack, or its database: every 0.5 s) until it
+    holds; errors while a service is down count as "not yet". On a timeout: the runs, and
+    the worker's and the last driver's logs."""
+
+    def details() -> str:
+        runs = ""
+        with contextlib.suppress(requests.RequestException):
+            runs = stack.api("GET", f"/api/pipelines/{PIPELINE}/runs/").text[-3000:]
+        logs = sorted((stack.var / "runs").glob("*/*/driver.log"))
+        driver = logs[-1].read_text(errors="replace")[-5000:] if logs else ""
+        return f"runs: {runs}\nworker: {stack.log('worker')[-2000:]}\ndriver: {driver}"
+
+    wait_until(
+        predicate,
+        timeout,
+        what,
+        every=0.5,
+        details=details,
+        ignore=(requests.RequestException, ValueError, KeyError),
     )
 
 

@@ -11,6 +11,7 @@ from controlplane.accounts.roles import set_role
 from controlplane.definitions.models import Pipeline
 from controlplane.observability import metrics
 from controlplane.observability.collector import collect
+from tests.clients import client_with
 from tests.factories import valid_spec
 
 # Every page outside the API and the Django admin, with the role it needs. Public ones are
@@ -59,14 +60,6 @@ def _page_names(patterns, prefix="") -> set[str]:
 
 def test_the_lists_cover_every_page():
     assert _page_names(get_resolver().url_patterns) == set(PAGES) | PUBLIC
-
-
-def client_with(django_user_model, role: str | None) -> Client:
-    user, _ = django_user_model.objects.get_or_create(username=f"page-{role}")
-    set_role(user, role)
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 ROLE_ORDER = [None, "viewer", "operator", "editor", "admin"]

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import uuid
-from pathlib import Path
 
-import psycopg
 import pytest
 
 from jobs.checkpoints import read_checkpoint
-from jobs.pipeline import RunConfig, shuffles, start_query, stream_id
+from jobs.pipeline import shuffles, start_query, stream_id
 from jobs.sinks.jvm_writer import WRITER_CONF
 from jobs.sinks.postgres import PostgresSink
-from jobs.spec import parse_spec
 from tests.kafka_helpers import new_topic, produce
+from tests.spark_helpers import drain, events, fetch, forget_last_commit, run_config
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -29,45 +26,6 @@ MALFORMED = [
 
 # Both Kafka readers: Spark's connector (the default) and the Python reader.
 READERS = ["spark-kafka", "python"]
-
-
-def run_config(
-    tmp_path,
-    topic,
-    sink_dsn,
-    *,
-    mode="append",
-    key=(),
-    transform=None,
-    reader=None,
-    consumer_group=None,
-    bootstrap=None,
-):
-    name = f"p-{uuid.uuid4().hex[:8]}"
-    table = f"t_{uuid.uuid4().hex[:8]}"
-    spec = {
-        "source": {
-            "connection": "k",
-            "topics": [topic],
-            "schema": "id STRING, amount DOUBLE, ts TIMESTAMP",
-            "starting_offsets": "earliest",
-            "max_records_per_batch": 400,
-            "reader": reader,
-            "consumer_group": consumer_group,
-        },
-        "sink": {"connection": "pg", "table": table, "mode": mode, "key": list(key)},
-        "transform": transform,
-    }
-    run_dir = tmp_path / "run"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return RunConfig(
-        pipeline=name,
-        spec=parse_spec(spec),
-        kafka={"bootstrap_servers": [bootstrap or pytest.kafka_bootstrap]},
-        postgres={"conninfo": sink_dsn},
-        checkpoint=str(tmp_path / "checkpoint"),
-        run_dir=str(run_dir),
-    )
 
 
 @pytest.fixture(autouse=True)
@@ -92,33 +50,6 @@ def batch_lines(caplog) -> list[str]:
 def written_by(caplog) -> set[str]:
     """How the batches were written, from the job's log lines ("JVM" or "Python")."""
     return {"JVM" if "JVM" in line else "Python" for line in batch_lines(caplog)}
-
-
-def drain(spark, config):
-    query = start_query(spark, config, available_now=True)
-    query.awaitTermination(180)
-    assert query.exception() is None, query.exception()
-
-
-def fetch(dsn, query, *args):
-    with psycopg.connect(dsn) as conn:
-        return conn.execute(query, args).fetchall()
-
-
-def forget_last_commit(checkpoint) -> None:
-    """As if the driver died right after the sink's transactions, before Spark's commit log
-    entry: the last batch is replayed at the next start."""
-    commits = list((Path(checkpoint) / "commits").glob("[0-9]*"))
-    assert commits, "the query wrote no commit log"
-    last = max(commits, key=lambda p: int(p.name))
-    last.unlink()
-    (last.parent / f".{last.name}.crc").unlink(missing_ok=True)
-
-
-def events(start, stop):
-    return [
-        {"id": f"e{i}", "amount": i * 1.5, "ts": "2026-11-21T10:00:00Z"} for i in range(start, stop)
-    ]
 
 
 # The three ways a batch is written: without a transform in one pass over Kafka; with a

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
 from jobs.reporting import ProgressPoller
+from tests.waiting import wait_for
 
 
 class FakeProgress:
@@ -141,10 +141,12 @@ def test_a_real_query_s_batches_each_reach_the_callbacks_once_and_an_empty_sourc
     )
     try:
         poller = ProgressPoller(query, [lambda p: seen.append(p["batchId"])])
-        deadline = time.monotonic() + 60
-        while len(seen) < 30 and time.monotonic() < deadline:
-            poller.poll()
-            time.sleep(0.2)
+
+        def thirty_seen() -> bool:
+            poller.poll()  # hands on the batches done since the last poll
+            return len(seen) >= 30
+
+        wait_for(thirty_seen, 60, every=0.2)
     finally:
         query.stop()
     poller.poll()  # and once more after the end, as jobs.run.wait does
@@ -163,10 +165,12 @@ def test_a_real_query_s_batches_each_reach_the_callbacks_once_and_an_empty_sourc
     )
     try:
         poller = ProgressPoller(empty, [], lambda: idles.append(1), idle_seconds=0.5)
-        deadline = time.monotonic() + 30
-        while not idles and time.monotonic() < deadline:
+
+        def idle() -> bool:
             poller.poll()
-            time.sleep(0.2)
+            return bool(idles)
+
+        wait_for(idle, 30, every=0.2)
     finally:
         empty.stop()
     assert idles

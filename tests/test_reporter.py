@@ -10,7 +10,7 @@ import pytest
 from controlplane.accounts.models import digest
 from controlplane.definitions.models import Pipeline, Run, SparkApplication
 from jobs.reporting import Reporter, SharedChannel
-from tests.api.test_run_reports import PROGRESS
+from tests.clients import PROGRESS
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,4 +1,5 @@
-"""Restart policies (pure logic, time passed in): Flink 1.20 semantics, and properties."""
+"""Restart policies (pure logic, time passed in): our cases and properties. Flink's own unit
+tests of its strategies, ported, are in tests/test_restarts_flink.py."""
 
 from __future__ import annotations
 
@@ -56,6 +57,13 @@ def test_failure_rate_gives_up_when_failures_in_the_trailing_interval_exceed_the
     )
 
 
+def test_failure_rate_counts_a_failure_exactly_one_interval_ago():
+    policy = FailureRate(max_failures=3, interval_seconds=300, delay_seconds=5)
+    # Flink gives up unless the oldest of the last 4 failures is *more* than 300 s old.
+    assert decide(policy, failures(0, 100, 200, 300), now=at(300)).gave_up
+    assert decide(policy, failures(0, 100, 200, 300.001), now=at(300.001)).restart
+
+
 def test_failure_rate_forgets_failures_older_than_its_interval():
     policy = FailureRate(max_failures=3, interval_seconds=300, delay_seconds=5)
     # Failures at 0 and 100 are more than 300 s before the one at 420.
@@ -68,20 +76,36 @@ def test_failure_rate_forgets_failures_older_than_its_interval():
 # -- exponential-delay ---------------------------------------------------------------------------
 
 
+def exponential_delays(policy, count: int, seed: str) -> list[float]:
+    """The delays of `count` restarts in a row, each restarted run failing 30 s later."""
+    times, delays = [], []
+    for i in range(1, count + 1):
+        times.append(30.0 * i)
+        delays.append(decide(policy, failures(*times), now=at(times[-1]), seed=seed).delay_seconds)
+    return delays
+
+
 def test_exponential_delay_grows_by_the_multiplier_up_to_the_maximum_within_jitter():
     policy = ExponentialDelay(
         initial_backoff_seconds=1, max_backoff_seconds=10, multiplier=2, jitter=0.1
     )
-    times, delays = [], []
-    clock = 0.0
-    for _ in range(7):
-        clock += 30  # each restarted run fails 30 s later: well after its restart
-        times.append(clock)
-        verdict = decide(policy, failures(*times), now=at(clock), seed="p1")
-        delays.append(verdict.delay_seconds)
-    for delay, expected in zip(delays, [1, 2, 4, 8, 10, 10, 10], strict=True):
-        assert expected * 0.9 - 1e-9 <= delay <= min(10, expected * 1.1) + 1e-9
-    assert decide(policy, failures(*times), now=at(clock), seed="p1").attempt == 7
+    # Backoffs 1, 2, 4, 8, 16, 32, 64 s, +/- 10 %, then capped at 10 s and never below 1 s:
+    # the jitter is applied before the cap, so 16 s - 10 % is still above the maximum.
+    bounds = [(1, 1.1), (1.8, 2.2), (3.6, 4.4), (7.2, 8.8), (10, 10), (10, 10), (10, 10)]
+    for seed in ("p1", "p2", "p3"):
+        delays = exponential_delays(policy, 7, seed)
+        for delay, (low, high) in zip(delays, bounds, strict=True):
+            assert low <= delay <= high
+    assert decide(policy, failures(*[30.0 * i for i in range(1, 8)]), now=at(210)).attempt == 7
+
+
+def test_exponential_delay_with_jitter_never_falls_below_the_initial_backoff():
+    policy = ExponentialDelay(
+        initial_backoff_seconds=10, max_backoff_seconds=60, multiplier=2, jitter=1
+    )
+    firsts = {exponential_delays(policy, 1, str(seed))[0] for seed in range(200)}
+    assert min(firsts) == 10  # 10 s - up to 100 %: raised to the initial backoff
+    assert max(firsts) <= 20
 
 
 def test_exponential_delay_resets_after_a_healthy_run():
@@ -102,8 +126,19 @@ def test_a_failure_while_a_restart_is_pending_is_merged_into_it():
     assert first.restart_at == at(110)
     # A second report of trouble (say "stalled" after "vanished") 3 s later.
     merged = decide(policy, failures(100, 103), now=at(103))
-    assert (merged.restart_at, merged.attempt) == (at(110), 1)
+    assert (merged.restart_at, merged.attempt, merged.merged) == (at(110), 1, True)
+    assert merged.delay_seconds == 7  # what is left of the pending delay
     assert "merged" in merged.reason
+    # One at the very instant the restart is due is merged too (Flink: now <= next restart).
+    instant = decide(policy, failures(100, 103, 110), now=at(110))
+    assert (instant.restart_at, instant.attempt, instant.merged) == (at(110), 1, True)
+    # Unless the failed run is the one the restart launched, at its time: no longer pending.
+    relaunched = Failure(at=at(110), started_at=at(110))
+    again = decide(policy, [*failures(100), relaunched], now=at(110))
+    assert (again.restart_at, again.attempt, again.merged) == (at(130), 2, False)
+    # The next millisecond is a new attempt, with a grown backoff.
+    after = decide(policy, failures(100, 103, 110.001), now=at(110.001))
+    assert (after.restart_at, after.attempt, after.merged) == (at(130.001), 2, False)
 
 
 def test_exponential_delay_gives_up_after_max_attempts():
@@ -161,7 +196,7 @@ policies = st.one_of(
         ExponentialDelay,
         initial_backoff_seconds=st.floats(0.001, 100, allow_nan=False),
         max_backoff_seconds=st.floats(100, 3600, allow_nan=False),
-        multiplier=st.floats(1, 5, allow_nan=False),
+        multiplier=st.floats(1, 5, exclude_min=True, allow_nan=False),
         jitter=st.floats(0, 1, allow_nan=False),
         reset_after_seconds=st.floats(1, 7200, allow_nan=False),
         max_attempts=st.one_of(st.none(), st.integers(1, 20)),
@@ -175,9 +210,10 @@ histories = st.lists(
 
 
 def max_delay(policy) -> float:
+    """The longest delay the policy may give: its setting in whole milliseconds."""
     if isinstance(policy, ExponentialDelay):
-        return policy.max_backoff_seconds
-    return policy.delay_seconds
+        return round(policy.max_backoff_seconds * 1000) / 1000
+    return round(policy.delay_seconds * 1000) / 1000
 
 
 @settings(max_examples=300, deadline=None)
@@ -194,6 +230,8 @@ def test_delays_are_bounded_never_in_the_past_and_asking_twice_changes_nothing(
         assert verdict.restart_at >= now
         assert verdict.restart_at >= last
         assert verdict.attempt >= 1
+        if isinstance(policy, ExponentialDelay) and not verdict.merged:
+            assert verdict.delay_seconds >= round(policy.initial_backoff_seconds * 1000) / 1000
         # Asked again any time before the restart is due: the same restart time.
         if verdict.restart_at > now:
             middle = now + (verdict.restart_at - now) / 2

@@ -24,29 +24,7 @@ from controlplane.definitions.models import (
 )
 from controlplane.supervision import restore_points
 from jobs import checkpoints
-
-
-def fake_checkpoint(root: Path, *, committed: int, in_flight: bool = True) -> Path:
-    """A checkpoint whose batches 0..committed are committed (and one more planned), with a
-    state store of one partition (version V after batch V - 1)."""
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "metadata").write_text(json.dumps({"id": "11111111-old"}) + "\n")
-    (root / ".metadata.crc").write_bytes(b"crc")
-    for log in ("offsets", "commits", "sources/0", "state/0/0"):
-        (root / log).mkdir(parents=True, exist_ok=True)
-    (root / "sources" / "0" / "0").write_text('v1\n{"orders":{"0":0}}\n')
-    last = committed + 1 if in_flight else committed
-    for n in range(last + 1):
-        offsets = {"orders": {"0": (n + 1) * 10, "1": (n + 1) * 5}}
-        (root / "offsets" / str(n)).write_text(f"v1\n{{}}\n{json.dumps(offsets)}\n")
-        (root / "offsets" / f".{n}.crc").write_bytes(b"crc")
-        (root / "state" / "0" / "0" / f"{n + 1}.delta").write_bytes(b"rows")
-        (root / "state" / "0" / "0" / f".{n + 1}.delta.crc").write_bytes(b"crc")
-        if n <= committed:
-            (root / "commits" / str(n)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
-            (root / "commits" / f".{n}.crc").write_bytes(b"crc")
-    (root / "offsets" / f".{last + 1}.4f2a.tmp").write_text("half written")
-    return root
+from tests.spark_helpers import fake_checkpoint
 
 
 def names(root: Path) -> set[str]:

@@ -16,18 +16,9 @@ from controlplane.definitions.models import AuditEntry, Pipeline, RestorePoint, 
 from jobs.checkpoints import read_checkpoint
 from jobs.sinks.postgres import COMMITS_TABLE
 from tests.kafka_helpers import produce
-from tests.test_launch_and_stop import new_pipeline
-from tests.test_shared_applications import POLICY, current, shared, until  # noqa: F401
+from tests.runs import POLICY, current, new_pipeline, sink_rows, tick_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
-
-
-def sink(sink_dsn: str, table: str) -> dict[str, int]:
-    try:
-        with psycopg.connect(sink_dsn) as conn:
-            return dict(conn.execute(f'SELECT id, n FROM "{table}"').fetchall())
-    except psycopg.errors.UndefinedTable:
-        return {}
 
 
 def rewritten(sink_dsn: str, stream_id: str) -> int:
@@ -47,7 +38,7 @@ def test_a_bad_deploy_is_rolled_back_and_restored_to_a_restore_point(
     postgres_connection,
     kafka_bootstrap,
     sink_dsn,
-    shared,  # noqa: F811
+    shared,
     settings,
 ):
     table = f"undo_{uuid.uuid4().hex[:10]}"
@@ -77,7 +68,9 @@ def test_a_bad_deploy_is_rolled_back_and_restored_to_a_restore_point(
 
     produce(kafka_bootstrap, topic, wave1)
     assert api.post("/api/pipelines/undo/start/").status_code == 202
-    until(lambda: len(sink(sink_dsn, table)) == 60 and committed(20), 240, "the first wave")
+    tick_until(
+        lambda: len(sink_rows(sink_dsn, table)) == 60 and committed(20), 240, "the first wave"
+    )
 
     # A restore point while it runs: a copy as of the last committed batch.
     response = api.post(
@@ -89,13 +82,13 @@ def test_a_bad_deploy_is_rolled_back_and_restored_to_a_restore_point(
     assert point["spec_version"] == 1
 
     produce(kafka_bootstrap, topic, wave2)
-    until(lambda: committed(40), 120, "the second wave")
+    tick_until(lambda: committed(40), 120, "the second wave")
 
     # The bad deploy: a new version that writes the numbers negated.
     spec = {"transform": {"sql": "SELECT id, -n AS n FROM source"}}
     assert api.patch("/api/pipelines/undo/", {"spec": spec}, format="json").status_code == 200
     assert api.post("/api/pipelines/undo/restart/", {"reason": "deploy"}).status_code == 202
-    until(
+    tick_until(
         lambda: current("undo").spec_version == 2 and current("undo").state == RunState.RUNNING,
         120,
         "version 2 running",
@@ -104,12 +97,12 @@ def test_a_bad_deploy_is_rolled_back_and_restored_to_a_restore_point(
     assert before_change.spec_version == 1
     assert before_change.offsets == {topic: {"0": 40, "1": 40, "2": 40}}
     produce(kafka_bootstrap, topic, wave3)
-    until(lambda: committed(50), 120, "the third wave, by version 2")
-    assert sink(sink_dsn, table)["r100"] == -100  # the damage
+    tick_until(lambda: committed(50), 120, "the third wave, by version 2")
+    assert sink_rows(sink_dsn, table)["r100"] == -100  # the damage
 
     # Undo: stop, roll back to version 1, restore the restore point, start.
     assert api.post("/api/pipelines/undo/stop/").status_code == 202
-    until(lambda: current("undo").state == RunState.EXITED, 120, "the stop")
+    tick_until(lambda: current("undo").state == RunState.EXITED, 120, "the stop")
     rolled = api.post("/api/pipelines/undo/rollback/", {"version": 1}, format="json")
     assert rolled.status_code == 200, rolled.json()
     body = {"restore_point": point["id"], "reason": "undo the deploy"}
@@ -117,7 +110,9 @@ def test_a_bad_deploy_is_rolled_back_and_restored_to_a_restore_point(
     assert restored.status_code == 200, restored.json()
     new_id = restored.json()["query_id"]
     assert api.post("/api/pipelines/undo/start/").status_code == 202
-    until(lambda: committed(50) and sink(sink_dsn, table) == good, 240, "the good spec's results")
+    tick_until(
+        lambda: committed(50) and sink_rows(sink_dsn, table) == good, 240, "the good spec's results"
+    )
     assert current("undo").spec_version == 3  # version 1's spec, again
     assert Pipeline.objects.get(name="undo").spec["transform"]["sql"] == (
         "SELECT id, n FROM source"

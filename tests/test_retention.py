@@ -122,7 +122,7 @@ def test_old_state_samples_are_summed_per_hour_and_shown_before_the_raw_ones(
 ):
     from controlplane.definitions.models import StateRollup, StateSample
     from controlplane.observability import state
-    from tests.api.test_state import HDFS, ROCKSDB, stateful
+    from tests.clients import HDFS, ROCKSDB, stateful
 
     settings.CONTROLPLANE_PROGRESS_RAW_HOURS = 24
     settings.CONTROLPLANE_PROGRESS_ROLLUP_DAYS = 30

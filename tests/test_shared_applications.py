@@ -17,65 +17,19 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from pathlib import Path
 
 import psutil
 import psycopg
 import pytest
-from django.utils import timezone
 
-from controlplane.definitions.models import (
-    Failure,
-    Pipeline,
-    Run,
-    RunState,
-    SparkApplication,
-)
-from controlplane.supervision import applications, launcher, reconciler
+from controlplane.definitions.models import Failure, Pipeline, Run, SparkApplication
+from controlplane.supervision import applications
 from jobs.kafka import readers
 from tests.kafka_helpers import produce
-from tests.test_launch_and_stop import count, new_pipeline
+from tests.runs import POLICY, count, current, new_pipeline, tick_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
-
-POLICY = {"kind": "fixed-delay", "attempts": 10, "delay_seconds": 1}
-
-
-@pytest.fixture
-def shared(settings, tmp_path, live_server):
-    settings.CONTROLPLANE_URL = live_server.url
-    settings.CONTROLPLANE_HEARTBEAT_SECONDS = 1
-    settings.CONTROLPLANE_RUNS_ROOT = tmp_path / "runs"
-    settings.CONTROLPLANE_CHECKPOINT_ROOT = tmp_path / "checkpoints"
-    settings.CONTROLPLANE_STOP_TIMEOUT = 60
-    app = SparkApplication.objects.create(name="shared", capacity=5, driver_memory="1g")
-    yield app
-    # A failed assertion must not leave an application running for the rest of the suite.
-    for run in Run.objects.filter(state__in=RunState.active(), application__isnull=True):
-        launcher.kill(run)
-    for app in SparkApplication.objects.all():
-        if app.pid:
-            launcher.kill_application(app)
-
-
-def tick() -> None:
-    reconciler.tick(timezone.now())
-
-
-def until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        tick()
-        if predicate():
-            return
-        time.sleep(0.5)
-    app = SparkApplication.objects.first()
-    log = ""
-    if app and app.app_dir and Path(app.app_dir, "driver.log").exists():
-        log = Path(app.app_dir, "driver.log").read_text(errors="replace")[-6000:]
-    runs = list(Run.objects.values("pipeline__name", "generation", "state", "cause", "error_tail"))
-    raise AssertionError(f"timed out waiting for {what}\napp={app and vars(app)}\n{runs}\n{log}")
 
 
 def member_pipelines(api, kafka_bootstrap, names, rows, specs=None) -> dict[str, tuple[str, str]]:
@@ -88,10 +42,6 @@ def member_pipelines(api, kafka_bootstrap, names, rows, specs=None) -> dict[str,
         made[name] = (topic, table)
         assert api.post(f"/api/pipelines/{name}/start/").status_code == 202
     return made
-
-
-def current(name: str) -> Run:
-    return Run.objects.filter(pipeline__name=name).order_by("-generation").first()
 
 
 def exactly(sink_dsn, table, n) -> bool:
@@ -110,7 +60,9 @@ def test_three_pipelines_in_one_application_fail_alone_and_come_back_after_its_l
 ):
     names = ["alpha", "beta", "gamma"]
     made = member_pipelines(api, kafka_bootstrap, names, 300)
-    until(lambda: all(exactly(sink_dsn, made[n][1], 300) for n in names), 240, "the first rows")
+    tick_until(
+        lambda: all(exactly(sink_dsn, made[n][1], 300) for n in names), 240, "the first rows"
+    )
     app = SparkApplication.objects.get(name="shared")
     assert app.status == "running" and app.generation == 1
     first = {n: current(n) for n in names}
@@ -130,14 +82,16 @@ def test_three_pipelines_in_one_application_fail_alone_and_come_back_after_its_l
     with psycopg.connect(sink_dsn, autocommit=True) as conn:
         conn.execute(f'ALTER TABLE "{beta_table}" ADD CONSTRAINT reject CHECK (n <> -1)')
     produce(kafka_bootstrap, beta_topic, [{"id": "beta-bad", "n": -1}], start=300)
-    until(lambda: Failure.objects.filter(pipeline__name="beta").exists(), 120, "beta's failure")
+    tick_until(
+        lambda: Failure.objects.filter(pipeline__name="beta").exists(), 120, "beta's failure"
+    )
     with psycopg.connect(sink_dsn, autocommit=True) as conn:
         conn.execute(f'ALTER TABLE "{beta_table}" DROP CONSTRAINT reject')
     for name in ("alpha", "gamma"):
         topic, _ = made[name]
         produce(kafka_bootstrap, topic, ({"id": f"{name}{i}", "n": i} for i in range(300, 400)))
-    until(lambda: exactly(sink_dsn, beta_table, 301), 120, "beta back, with the rejected row")
-    until(
+    tick_until(lambda: exactly(sink_dsn, beta_table, 301), 120, "beta back, with the rejected row")
+    tick_until(
         lambda: all(exactly(sink_dsn, made[n][1], 400) for n in ("alpha", "gamma")),
         60,
         "alpha and gamma's new rows",
@@ -154,7 +108,7 @@ def test_three_pipelines_in_one_application_fail_alone_and_come_back_after_its_l
 
     # The application's driver JVM is kill -9'd: every member is lost with it.
     driver_jvm(app).send_signal(signal.SIGKILL)
-    until(
+    tick_until(
         lambda: Failure.objects.filter(cause="application-lost").count() == 3,
         60,
         "three application-lost failures",
@@ -163,7 +117,7 @@ def test_three_pipelines_in_one_application_fail_alone_and_come_back_after_its_l
         topic, _ = made[name]
         produce(kafka_bootstrap, topic, ({"id": f"{name}{i}", "n": i} for i in range(400, 450)))
     expected = {"alpha": 450, "beta": 351, "gamma": 450}
-    until(
+    tick_until(
         lambda: all(exactly(sink_dsn, made[n][1], expected[n]) for n in names),
         240,
         "all three back after the loss",
@@ -185,7 +139,9 @@ def test_a_query_that_does_not_stop_gets_its_application_recycled(
     # Python driver's connection, where a lock holds it; Spark cannot interrupt that.
     grouped = {"transform": {"sql": "SELECT id, max(n) AS n FROM source GROUP BY id"}}
     made = member_pipelines(api, kafka_bootstrap, names, 200, {"stuck": grouped})
-    until(lambda: all(exactly(sink_dsn, made[n][1], 200) for n in names), 240, "the first rows")
+    tick_until(
+        lambda: all(exactly(sink_dsn, made[n][1], 200) for n in names), 240, "the first rows"
+    )
     app = SparkApplication.objects.get(name="shared")
     bystander = current("bystander")
 
@@ -196,8 +152,8 @@ def test_a_query_that_does_not_stop_gets_its_application_recycled(
     try:
         holder.execute(f'LOCK TABLE "{table}" IN ACCESS EXCLUSIVE MODE')
         produce(kafka_bootstrap, topic, ({"id": f"stuck{i}", "n": i} for i in range(200, 300)))
-        until(lambda: current("stuck").kill_requested_at is not None, 90, "the stall's kill")
-        until(
+        tick_until(lambda: current("stuck").kill_requested_at is not None, 90, "the stall's kill")
+        tick_until(
             lambda: SparkApplication.objects.get(pk=app.pk).generation == 2,
             120,
             "the application recycled",
@@ -207,7 +163,7 @@ def test_a_query_that_does_not_stop_gets_its_application_recycled(
         holder.close()
     more = ({"id": f"bystander{i}", "n": i} for i in range(200, 260))
     produce(kafka_bootstrap, made["bystander"][0], more)
-    until(
+    tick_until(
         lambda: exactly(sink_dsn, table, 300) and exactly(sink_dsn, made["bystander"][1], 260),
         240,
         "both back after the recycle",

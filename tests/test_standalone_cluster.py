@@ -15,31 +15,23 @@ import importlib.util
 import os
 import re
 import signal
-import socket
 import sys
 import threading
-import time
 from pathlib import Path
 
 import psutil
 import psycopg
 import pytest
-from django.utils import timezone
 
 from controlplane.definitions.models import Pipeline, Run, RunState, SparkApplication
-from controlplane.supervision import launcher, reconciler
+from controlplane.supervision import launcher
 from tests.kafka_helpers import produce
-from tests.test_launch_and_stop import count, job_dirs, new_pipeline, reconcile_until  # noqa: F401
+from tests.outage_stack import free_port
+from tests.runs import count, new_pipeline, reconcile_until, tick_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +56,7 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture
-def on_cluster(settings, cluster, job_dirs):  # noqa: F811
+def on_cluster(settings, cluster, job_dirs):
     settings.SPARK_MASTER = cluster.url
     return cluster
 
@@ -170,21 +162,6 @@ def test_an_executor_killed_inside_its_batch_transaction_is_retried_exactly_once
     assert "Lost executor" in log
     assert re.search(r"Lost task \S+ in stage .*ExecutorLostFailure", log)
     stop(api, "clustered")
-
-
-def tick_until(predicate, timeout: float, what: str) -> None:
-    """The whole tick (shared applications, then pipelines) until `predicate` holds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        reconciler.tick(timezone.now())
-        if predicate():
-            return
-        time.sleep(1)
-    app = SparkApplication.objects.first()
-    log = ""
-    if app and app.app_dir and Path(app.app_dir, "driver.log").exists():
-        log = Path(app.app_dir, "driver.log").read_text(errors="replace")[-4000:]
-    raise AssertionError(f"timed out waiting for {what}; app={app and vars(app)}\n{log}")
 
 
 def test_a_worker_daemon_killed_leaves_a_shared_application_s_member_running_and_rejoins(

@@ -17,8 +17,7 @@ from controlplane.alerting.state import PROBES, series
 from controlplane.definitions.models import Pipeline, Run, StateSample
 from controlplane.observability import state
 from controlplane.observability.retention import compact_progress
-from tests.api.test_state import HDFS, ROCKSDB, stateful
-from tests.test_pages import client_with
+from tests.clients import HDFS, ROCKSDB, client_with, stateful
 
 NOW = timezone.now().replace(microsecond=0)
 

@@ -6,12 +6,10 @@ letters beside the stateful output, and the state store a checkpoint keeps."""
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from controlplane.supervision.restarts import classify
@@ -26,9 +24,9 @@ from jobs.pipeline import (
 )
 from jobs.reporting import ProgressPoller
 from jobs.spec import parse_spec
-from tests.kafka_helpers import new_topic, produce
-from tests.test_kafka_sink import read_committed
-from tests.test_pipeline_postgres import forget_last_commit
+from tests.kafka_helpers import new_topic, produce, read_committed
+from tests.spark_helpers import drain, fetch, forget_last_commit
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -96,19 +94,6 @@ def spec_for(topic: str, table: str, **extra) -> dict:
 @pytest.fixture(autouse=True)
 def _bootstrap(kafka_bootstrap):
     pytest.kafka_bootstrap = kafka_bootstrap
-
-
-def drain(spark, config):
-    """Run the query until the topic is drained; the query (its progress) afterwards."""
-    query = start_query(spark, config, available_now=True)
-    query.awaitTermination(180)
-    assert query.exception() is None, query.exception()
-    return query
-
-
-def fetch(dsn, query):
-    with psycopg.connect(dsn) as conn:
-        return conn.execute(query).fetchall()
 
 
 def windows_in(dsn, table) -> dict:
@@ -195,9 +180,8 @@ def test_finished_windows_are_written_once_and_late_records_are_dropped_and_coun
     lake_dir = tmp_path / "lake" / "windows"
     query = start_query(spark, config)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(finished_rows(spark, lake_dir)) < len(found):
-            time.sleep(0.5)
+        # Every 0.5 s: each poll is a Spark read of the finished files.
+        wait_for(lambda: len(finished_rows(spark, lake_dir)) >= len(found), 60, every=0.5)
     finally:
         query.stop()
     rows = finished_rows(spark, lake_dir)

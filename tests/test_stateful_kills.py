@@ -19,14 +19,8 @@ import pytest
 
 from controlplane.definitions.models import Pipeline, Run, RunState
 from jobs.checkpoints import read_checkpoint
-from tests.kafka_helpers import new_topic, produce
-from tests.test_kafka_sink import read_committed
-from tests.test_launch_and_stop import (  # noqa: F401 - job_dirs: a fixture
-    driver_pid,
-    job_dirs,
-    reconcile_until,
-    restarted_after_kill,
-)
+from tests.kafka_helpers import new_topic, produce, read_committed
+from tests.runs import driver_pid, reconcile_until, restarted_after_kill
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
 
@@ -53,7 +47,7 @@ def test_a_tumbling_count_is_exact_after_three_kill_9s(
     postgres_connection,
     kafka_bootstrap,
     sink_dsn,
-    job_dirs,  # noqa: F811
+    job_dirs,
 ):
     source = new_topic(kafka_bootstrap, partitions=2)
     out, dead = new_topic(kafka_bootstrap), new_topic(kafka_bootstrap)

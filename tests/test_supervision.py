@@ -9,62 +9,19 @@ test_launch_and_stop.py.
 from __future__ import annotations
 
 import json
-import time
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.utils import timezone
 
 from controlplane.definitions.models import Failure, Pipeline, Run, RunState
-from controlplane.supervision import launcher, reconciler
+from controlplane.supervision import launcher
+from tests import conftest
+from tests.runs import orders, seconds, start, step, until_it_ends
+from tests.waiting import wait_for, wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
-ENDED = {"crashed", "exited", "vanished", "lost-heartbeat", "launch-failed", "launch-lost"}
-
-
-@pytest.fixture
-def standin(settings, tmp_path, monkeypatch, pipeline):
-    settings.SPARK_SUBMIT = str(ROOT / "tests" / "drivers" / "standin.py")
-    settings.CONTROLPLANE_RUNS_ROOT = tmp_path / "runs"
-    settings.CONTROLPLANE_CHECKPOINT_ROOT = tmp_path / "checkpoints"
-    settings.CONTROLPLANE_DRIVER_ENV = ["STANDIN_*"]  # drivers get an allow-listed env only
-    yield monkeypatch
-    for run in Run.objects.filter(state__in=RunState.active()):
-        launcher.kill(run)
-
-
-def orders() -> Pipeline:
-    return Pipeline.objects.get(name="orders")
-
-
-def step(now):
-    return reconciler.reconcile_pipeline(orders().pk, now)
-
-
-def until_it_ends(now) -> str:
-    """Reconcile (at the test's time `now`) until the current run has ended."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        action = step(now)
-        # "crashed, start": it ended, and a restart due at once was launched in the same step.
-        if action and action.split(", ")[0] in ENDED:
-            return action
-        time.sleep(0.05)
-    raise AssertionError(f"the run did not end; runs: {list(Run.objects.values())}")
-
-
-def start(api, policy) -> timezone.datetime:
-    response = api.patch(
-        "/api/pipelines/orders/", {"spec": {"restart_policy": policy}}, format="json"
-    )
-    assert response.status_code == 200, response.json()
-    assert api.post("/api/pipelines/orders/start/").status_code == 202
-    return timezone.now() + timedelta(seconds=1)
-
-
-def seconds(n: float) -> timedelta:
-    return timedelta(seconds=n)
+# The `standin` fixture is in conftest.py; tests/api/test_exit_failures.py still imports it
+# (with orders, start and step, now in tests/runs.py) from here.
+standin = conftest.standin
 
 
 def test_fixed_delay_restarts_after_its_delay_and_gives_up_after_its_attempts(api, standin):
@@ -103,11 +60,7 @@ def test_a_restart_with_no_delay_is_launched_in_the_step_that_sees_the_exit(api,
     t = start(api, {"kind": "fixed-delay", "attempts": 2, "delay_seconds": 0})
     assert step(t) == "start"
     for generation in (2, 3):
-        deadline = time.monotonic() + 30
-        action = None
-        while action is None and time.monotonic() < deadline:
-            action = step(t)
-            time.sleep(0.05)
+        action = wait_until(lambda: step(t), 30, "the step that sees the exit")
         assert action == "crashed, start"
         run = Run.objects.get(pipeline=orders(), state__in=RunState.active())
         assert run.generation == generation
@@ -188,9 +141,7 @@ def test_a_run_that_stops_heartbeating_is_killed_and_restarted(api, standin, set
     run.refresh_from_db()
     assert (run.state, run.cause) == ("exited", "lost-heartbeat")
     assert "no heartbeat within 5 s" in run.error_tail
-    deadline = time.monotonic() + 10
-    while launcher.alive(run) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(lambda: not launcher.alive(run), 10, every=0.1)
     assert launcher.alive(run) is False  # killed, not left running beside its successor
     assert orders().status == "backing-off"
 
@@ -202,9 +153,7 @@ def test_the_supervisor_reports_the_exit_itself_at_once(api, standin, settings, 
     assert step(t) == "start"
     run = Run.objects.get(pipeline=orders())
     # No tick from here on: only the supervisor's own report can end the run.
-    deadline = time.monotonic() + 10
-    while Run.objects.get(pk=run.pk).state != "exited" and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: Run.objects.get(pk=run.pk).state == "exited", 10)
     run.refresh_from_db()
     assert (run.state, run.cause, run.exit_code) == ("exited", "crashed", 1)
     assert "OutOfMemoryError" in run.error_tail

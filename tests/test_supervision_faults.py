@@ -23,26 +23,14 @@ import psutil
 import pytest
 from django.db import connection, transaction
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from controlplane.accounts.models import digest
 from controlplane.definitions.models import AuditEntry, Pipeline, Run, RunState
 from controlplane.supervision import launcher, reconciler, tasks
 from jobs.reporting import Reporter
-from tests.test_supervision import orders, standin, step  # noqa: F401
+from tests.clients import driver
+from tests.runs import orders, step
 from tests.waiting import wait_for
-
-
-@pytest.fixture
-def silent(standin):  # noqa: F811 - the fixture imported above
-    standin.setenv("STANDIN_MODE", "silent")
-    return standin
-
-
-def driver(token: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"RunToken {token}")
-    return client
 
 
 def processes_of(run_dir: str) -> list[int]:
@@ -299,17 +287,6 @@ def test_exit_reports_and_ticks_at_once_never_deadlock(api, pipeline, monkeypatc
 
 
 # --- 4. exit reports are fenced ------------------------------------------------------------
-
-
-@pytest.fixture
-def running(pipeline):
-    row = Pipeline.objects.get(name="orders")
-    Pipeline.objects.filter(pk=row.pk).update(
-        generation=1, desired_state="running", status="running"
-    )
-    return Run.objects.create(
-        pipeline=row, generation=1, spec_version=1, state="running", token_digest=digest("tok-1")
-    )
 
 
 def test_an_exit_report_of_a_stale_run_is_refused(running):

@@ -26,9 +26,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.kafka_helpers import new_topic
-from tests.outage_stack import ROOT, OutageStack
-from tests.test_outages import Load, sink_counts
+from tests.kafka_helpers import Load, new_topic
+from tests.outage_stack import ROOT, OutageStack, sink_counts
+from tests.waiting import wait_until
 
 pytestmark = [
     pytest.mark.spark,
@@ -157,18 +157,19 @@ def stack(kafka_bootstrap):
 
 
 def wait(predicate, timeout: float, what: str, stack: TwoHosts) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            if predicate():
-                return
-        time.sleep(1)
-    pipelines = stack.api("GET", "/api/pipelines/").text[-3000:]
-    raise AssertionError(
-        f"timed out waiting for {what}\npipelines: {pipelines}\n"
-        f"host A worker: {stack.log('host-a-worker')[-2500:]}\n"
-        f"host B worker: {stack.log('host-b-worker')[-2500:]}"
-    )
+    """Poll `predicate()` (HTTP calls to the stack, processes: every 0.5 s) until it holds;
+    any error (a run not listed yet, a process gone) counts as "not yet". On a timeout: the
+    pipelines and both hosts' workers' logs."""
+
+    def details() -> str:
+        pipelines = stack.api("GET", "/api/pipelines/").text[-3000:]
+        return (
+            f"pipelines: {pipelines}\n"
+            f"host A worker: {stack.log('host-a-worker')[-2500:]}\n"
+            f"host B worker: {stack.log('host-b-worker')[-2500:]}"
+        )
+
+    wait_until(predicate, timeout, what, every=0.5, details=details, ignore=(Exception,))
 
 
 def current(stack: TwoHosts, name: str) -> dict:

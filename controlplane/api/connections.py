@@ -6,10 +6,12 @@ from django.db.models import ProtectedError
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from controlplane.accounts.roles import OPERATOR
-from controlplane.connections.models import Connection
+from controlplane.connections.directories import RootInUse, files_roots
+from controlplane.connections.models import Connection, ConnectionKind
 from controlplane.connections.probe import probe
 from controlplane.connections.serializers import ConnectionSerializer
 from controlplane.definitions import audit
@@ -24,6 +26,23 @@ ProbeResultSerializer = inline_serializer(
         "server_version": serializers.CharField(required=False),
     },
 )
+
+
+ROOT_IN_USE = (
+    "A files connection's new root would make its pipelines write where other pipelines do"
+    " (or into the control plane's own directories): nothing was saved."
+)
+
+
+def _root_in_use(conflict: RootInUse) -> Response:
+    return Response(
+        {
+            "detail": conflict.message,
+            "pipelines": conflict.pipelines,
+            "conflicts": conflict.conflicts,
+        },
+        status=status.HTTP_409_CONFLICT,
+    )
 
 
 class ConnectionViewSet(viewsets.ModelViewSet):
@@ -43,8 +62,37 @@ class ConnectionViewSet(viewsets.ModelViewSet):
                 connection, user=self.request.user, before={}, created=True
             )
 
+    @extend_schema(
+        responses={200: ConnectionSerializer, 409: OpenApiResponse(description=ROOT_IN_USE)}
+    )
+    def update(self, request, *args, **kwargs) -> Response:
+        """A files connection's root that its pipelines cannot follow (they would write where
+        other pipelines do, or into the control plane's own directories) is refused with 409:
+        `detail`, the `pipelines` involved and each of the `conflicts`; nothing is saved."""
+        partial = kwargs.pop("partial", False)
+        serializer = self.get_serializer(self.get_object(), data=request.data, partial=partial)
+        if not serializer.is_valid():
+            if serializer.root_conflict is not None and set(serializer.errors) == {"settings.root"}:
+                return _root_in_use(serializer.root_conflict)
+            raise ValidationError(serializer.errors)
+        try:
+            self.perform_update(serializer)
+        except RootInUse as exc:  # moved onto a pipeline saved since validation
+            return _root_in_use(exc)
+        return Response(serializer.data)
+
+    @extend_schema(
+        responses={200: ConnectionSerializer, 409: OpenApiResponse(description=ROOT_IN_USE)}
+    )
+    def partial_update(self, request, *args, **kwargs) -> Response:
+        return super().partial_update(request, *args, **kwargs)
+
     def perform_update(self, serializer) -> None:
         with transaction.atomic():
+            if serializer.instance.kind == ConnectionKind.FILES:
+                # Every files connection, in name order, before this one alone: the order
+                # pipeline saves take them in (controlplane.connections.directories).
+                files_roots(lock=True)
             before = audit.connection_snapshot(
                 Connection.objects.select_for_update().get(pk=serializer.instance.pk)
             )

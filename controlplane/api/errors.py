@@ -3,7 +3,11 @@
 Validation errors are `{"<dotted.field.path>": ["message", ...], ...}` (nested serializer
 errors are flattened, so `spec.source.schema` names the exact field); every other error is
 `{"detail": "..."}`. An unexpected exception is logged and answered with a JSON 500 carrying
-an id to find it in the logs, never a stack trace; an unreachable database is a 503.
+an id to find it in the logs, never a stack trace; an unreachable database is a 503. A body
+over DATA_UPLOAD_MAX_MEMORY_SIZE is a 413 and any other request Django finds suspicious (too
+many form fields or files) a 400: both are raised when the body is read, inside the view. A
+JSON body nested too deep, or holding what the control plane cannot store, is refused by the
+parser (controlplane.api.parsers) with field errors.
 """
 
 from __future__ import annotations
@@ -11,6 +15,14 @@ from __future__ import annotations
 import logging
 import uuid
 
+from django.conf import settings
+from django.core.exceptions import (
+    RequestDataTooBig,
+    SuspiciousMultipartForm,
+    SuspiciousOperation,
+    TooManyFieldsSent,
+    TooManyFilesSent,
+)
 from django.db import InterfaceError as DatabaseInterfaceError
 from django.db import OperationalError as DatabaseOperationalError
 from rest_framework import status
@@ -47,7 +59,35 @@ def flatten(errors, prefix: str = "") -> dict[str, list[str]]:
     return out
 
 
+def too_big_message() -> str:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return (
+        f"the request body is larger than {limit:,} bytes (DATA_UPLOAD_MAX_MEMORY_SIZE), the "
+        "most this control plane reads; nothing was changed"
+    )
+
+
+def _suspicious(exc: SuspiciousOperation, context) -> Response:
+    """Django answers these 400 outside a view; inside one (DRF reads the body there) they
+    would be a 500. Logged as Django logs them, under django.security.<kind>."""
+    kind = type(exc).__name__
+    logging.getLogger(f"django.security.{kind}").warning(
+        "%s in %s: %s", kind, type(context.get("view")).__name__, exc
+    )
+    if isinstance(exc, RequestDataTooBig):
+        return Response(
+            {"detail": too_big_message()}, status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+        )
+    # The body's own refusals say what was wrong (too many fields...); any other says nothing
+    # (a suspicious file name, say, may name a server path).
+    body = isinstance(exc, TooManyFieldsSent | TooManyFilesSent | SuspiciousMultipartForm)
+    why = f": {exc}" if body else " as suspicious (the server log says why)"
+    return Response({"detail": f"the request was refused{why}"}, status=status.HTTP_400_BAD_REQUEST)
+
+
 def exception_handler(exc, context):
+    if isinstance(exc, SuspiciousOperation):
+        return _suspicious(exc, context)
     response = drf_exception_handler(exc, context)
     if response is None and isinstance(exc, DatabaseOperationalError | DatabaseInterfaceError):
         log.warning("database unavailable in %s: %s", context.get("view"), exc)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema, extend_schema_field, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.permissions import BasePermission
@@ -22,7 +22,7 @@ from controlplane.accounts import security
 from controlplane.accounts.models import digest as token_digest
 from controlplane.definitions.models import Run, SparkApplication
 from controlplane.observability import progress
-from controlplane.supervision import applications, reconciler, reports, tasks
+from controlplane.supervision import applications, failures, reconciler, reports, tasks
 from controlplane.supervision.reports import STALE
 
 
@@ -191,11 +191,41 @@ class RunProgress(RunReportView):
         return Response(reports.answer(run))
 
 
+@extend_schema_field(
+    {
+        "type": "object",
+        "nullable": True,
+        "description": "The driver's verdict on its failure, by the exception's type "
+        "(jobs.failures): permanent ones are not restarted.",
+        "properties": {
+            "kind": {"type": "string", "enum": ["permanent", "transient"]},
+            "reason": {"type": "string", "maxLength": failures.MAX_REASON},
+            "type": {"type": "string", "maxLength": failures.MAX_TYPE},
+            "condition": {"type": "string", "maxLength": failures.MAX_CONDITION},
+        },
+        "required": ["kind", "reason"],
+    }
+)
+class FailureField(serializers.Field):
+    """A driver's verdict, checked once, where every report's is (failures.parse)."""
+
+    def to_internal_value(self, data):
+        try:
+            return failures.parse(data)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+    def to_representation(self, value):
+        return value
+
+
 class ExitSerializer(serializers.Serializer):
     exit_code = serializers.IntegerField(allow_null=True)
     error_tail = serializers.CharField(
         allow_blank=True, required=False, default="", trim_whitespace=False
     )
+    # Absent from older drivers' reports: then the error output is read (failures.judge).
+    failure = FailureField(required=False, allow_null=True, default=None)
 
 
 ExitReply = inline_serializer("ExitReply", {"recorded": serializers.BooleanField()})
@@ -219,6 +249,7 @@ class RunExit(RunReportView):
             timezone.now(),
             exit_code=data.validated_data["exit_code"],
             error=data.validated_data["error_tail"],
+            failure=data.validated_data["failure"],
             current_only=True,  # checked again under the pipeline's lock
         )
         if recorded:

@@ -9,7 +9,11 @@ plane knows:
   the Unix socket) and the same database as the control plane is refused: a pipeline writing
   there could forge commit markers, users or tokens.
 - **The control plane's own directories are off limits.** A files connection whose local root
-  holds or is inside the checkpoint or runs root is refused.
+  is, holds or is inside the checkpoint root (restore points included) or the runs root is
+  refused, judged by canonical locations (controlplane.connections.directories).
+- **A files root cannot move under its pipelines.** Changing a files connection's root
+  re-checks every pipeline using it against every other files sink: a change that would make
+  two share a directory is refused (directories.RootInUse).
 - **Secrets follow their endpoint.** A stored password is only ever sent to the endpoint it
   was entered for: changing where a connection points (host, port, database, user, brokers,
   security protocol, TLS trust) drops the stored secrets unless new ones come with the change.
@@ -35,6 +39,9 @@ from jobs.connections import (
     validate_connection,
 )
 from jobs.spec import FieldError, SpecError
+from jobs.spec.locations import LocationError, location
+
+from .directories import control_plane_overlap, root_change_conflicts
 
 # What identifies the far end of a connection: a change to any of these is a new endpoint.
 KAFKA_ENDPOINT = (
@@ -72,11 +79,15 @@ def clean_connection(
     *,
     stored_settings: Mapping[str, Any] | None = None,
     stored_secrets: Mapping[str, str] | None = None,
+    connection: Any = None,
 ) -> Cleaned:
     """Validate a new or changed connection; raises SpecError naming each problem.
 
     `submitted_secrets`: the secrets given with this change (a value of None removes one);
     the stored ones are kept for what is not mentioned, unless the endpoint changed.
+    `connection`: the stored connection being changed, if any: a files root that moves is
+    checked against the pipelines using it (raises directories.RootInUse, a SpecError on
+    `settings.root`; the saver checks again under lock, see directories).
     """
     secrets = dict(stored_secrets or {})
     try:
@@ -108,6 +119,10 @@ def clean_connection(
         problem = control_plane_directory_problem(clean_settings["root"])
         if problem:
             raise SpecError([FieldError("settings.root", problem)])
+        if connection is not None:
+            conflict = root_change_conflicts(connection, clean_settings["root"], lock=False)
+            if conflict is not None:
+                raise conflict
     dropped = tuple(k for k in dropped if k not in clean_secrets)
     return Cleaned(clean_settings, clean_secrets, dropped)
 
@@ -136,19 +151,15 @@ def files_connection_root(settings: Mapping[str, Any]) -> str:
 
 
 def control_plane_directory_problem(root: str) -> str | None:
-    """Why a local root may not be used (it holds, or is inside, the directories where the
-    control plane keeps checkpoints and runs: their files could be overwritten), or None."""
-    if not root.startswith("file://"):
-        return None
-    path = os.path.realpath(root.removeprefix("file://") or "/")
-    for name in ("CONTROLPLANE_CHECKPOINT_ROOT", "CONTROLPLANE_RUNS_ROOT"):
-        own = os.path.realpath(str(getattr(django_settings, name)))
-        if os.path.commonpath([own, path]) in (own, path):
-            return (
-                f"overlaps the control plane's own directory {own} ({name}); a pipeline may"
-                " not write there"
-            )
-    return None
+    """Why a root may not be used (it is, holds, or is inside a directory where the control
+    plane keeps checkpoints, restore points and runs: their files could be overwritten), or
+    None. Compared as canonical locations (symbolic links resolved)."""
+    try:
+        where = location(root)
+    except LocationError:
+        return None  # refused elsewhere, with its own message
+    overlap = control_plane_overlap(where)
+    return f"{overlap}; a pipeline may not write there" if overlap else None
 
 
 def endpoint(kind: str, settings: Mapping[str, Any]) -> tuple:

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from django.db import transaction
 from rest_framework import serializers
 
 from jobs.spec import SpecError
 
+from .directories import RootInUse, root_change_conflicts
 from .models import Connection, ConnectionKind
 from .policy import clean_connection
 
@@ -18,6 +20,9 @@ class ConnectionSerializer(serializers.ModelSerializer):
     """
 
     secrets_dropped: tuple[str, ...] = ()
+    # Set when the only trouble is a files root its pipelines cannot follow: the API answers
+    # 409 with it (a conflict with stored pipelines, not a malformed request).
+    root_conflict: RootInUse | None = None
 
     kind = serializers.ChoiceField(choices=ConnectionKind.choices)
     settings = serializers.JSONField()
@@ -95,8 +100,11 @@ class ConnectionSerializer(serializers.ModelSerializer):
                 submitted,
                 stored_settings=self.instance.settings if self.instance is not None else None,
                 stored_secrets=self.instance.get_secrets() if self.instance is not None else None,
+                connection=self.instance,
             )
         except SpecError as exc:
+            if isinstance(exc, RootInUse):
+                self.root_conflict = exc
             raise serializers.ValidationError(exc.as_dict()) from None
         self.secrets_dropped = cleaned.dropped
         return cleaned.settings, cleaned.secrets
@@ -109,10 +117,20 @@ class ConnectionSerializer(serializers.ModelSerializer):
         return connection
 
     def update(self, instance: Connection, validated_data: dict) -> Connection:
+        """Raises RootInUse if a files root moved onto other pipelines' directories since it
+        was validated (checked again here with every files connection locked, as pipeline
+        saves lock them, so the two cannot cross)."""
         secrets = validated_data.pop("secrets", None)
-        for key, value in validated_data.items():
-            setattr(instance, key, value)
-        if secrets is not None:
-            instance.set_secrets(secrets)
-        instance.save()
+        with transaction.atomic():
+            root = (validated_data.get("settings") or {}).get("root")
+            if instance.kind == ConnectionKind.FILES and root:
+                conflict = root_change_conflicts(instance, root, lock=True)
+                if conflict is not None:
+                    self.root_conflict = conflict
+                    raise conflict
+            for key, value in validated_data.items():
+                setattr(instance, key, value)
+            if secrets is not None:
+                instance.set_secrets(secrets)
+            instance.save()
         return instance

@@ -59,6 +59,7 @@ class ConnectionForm(forms.ModelForm):
                 submitted,
                 stored_settings=self.instance.settings if stored else None,
                 stored_secrets=self.instance.get_secrets() if stored else None,
+                connection=self.instance if stored else None,
             )
         except SpecError as exc:
             for error in exc.errors:

@@ -11,14 +11,15 @@ import re
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db import connection as db
 from django.db.models import F
 from django.dispatch import Signal
 from django.utils import timezone
 
+from controlplane import bounded_json
+from controlplane.connections import directories
 from controlplane.connections.models import Connection, ConnectionKind
-from jobs.connections import files_root
 from jobs.spec import FieldError, PipelineSpec, SpecError, parse_spec
-from jobs.spec.validate import _nested_paths
 
 from . import audit
 from .models import (
@@ -121,8 +122,25 @@ def known_connections() -> dict[str, str]:
 
 
 def validate(spec_data: Any) -> PipelineSpec:
-    """The typed spec, checked against the connections that exist now; raises SpecError."""
+    """The typed spec, checked against the connections that exist now; raises SpecError.
+    First what any face may hand over (the API's parser checks its bodies, a form's inputs
+    are plain strings): values PostgreSQL cannot store (U+0000, lone surrogates) and numbers
+    or depths beyond bounds are refused at their field, never a database error."""
+    try:
+        bounded_json.check(spec_data)
+    except bounded_json.Refused as exc:
+        raise SpecError(
+            [FieldError(path, " ".join(messages)) for path, messages in exc.errors.items()]
+        ) from None
     return parse_spec(spec_data, connections=known_connections())
+
+
+def _check_text(field: str, value: str | None) -> None:
+    """A free-text field (description) PostgreSQL can store: raises Invalid at `field`."""
+    try:
+        bounded_json.check({field: value})
+    except bounded_json.Refused as exc:
+        raise Invalid(field, " ".join(m for ms in exc.errors.values() for m in ms)) from None
 
 
 def _link_connections(pipeline: Pipeline, spec: PipelineSpec) -> None:
@@ -140,76 +158,57 @@ def _link_connections(pipeline: Pipeline, spec: PipelineSpec) -> None:
 
 
 def _check_files_paths(pipeline: Pipeline, spec: PipelineSpec) -> None:
-    """No two pipelines write files to the same directory or to one inside the other (by
-    where their connections' roots and their paths lead, so two connections with one root
-    count too): readers of one would see the other's files, and the sinks' bookkeeping
-    (_cp_staging, _cp_manifest, _cp_dead_letters) would mix. Raises SpecError on each files
-    sink's path. In the saving transaction, before the pipeline's connections are locked:
-    every files connection is locked first (in name order), so that two pipelines saved at
-    once are checked one after the other."""
-    mine = [(i, sink) for i, sink in enumerate(spec.all_sinks()) if sink.kind == "files"]
-    if not mine:
-        return
-    roots = {
-        c.name: c.settings
-        for c in Connection.objects.select_for_update()
-        .filter(kind=ConnectionKind.FILES)
-        .order_by("name")
-    }
+    """No two pipelines (nor two sinks of one) write files to the same directory or to one
+    inside the other, and none into the control plane's own directories, judged by where
+    their connections' roots and their paths lead as canonical locations (two spellings of
+    one root, two connections with one root, symbolic links): readers of one would see the
+    other's files, and the sinks' bookkeeping (_cp_staging, _cp_manifest, _cp_dead_letters)
+    would mix. Raises SpecError on each files sink's path. In the saving transaction, before
+    the pipeline's connections are locked: every files connection is locked first (in name
+    order), so that two pipelines saved at once are checked one after the other."""
     others = (
         Pipeline.objects.filter(connections__kind=ConnectionKind.FILES)
         .exclude(pk=pipeline.pk)
         .distinct()
         .order_by("name")
     )
-    theirs = [
-        (other.name, field, sink)
-        for other in others
-        for field, sink in _sink_fields(other.spec or {})
-        if sink.get("kind") == "files"
-    ]
-    errors = []
-    for i, sink in mine:
-        here = _files_location(roots, sink.connection, sink.path)
-        for name, field, other in theirs:
-            there = _files_location(roots, other.get("connection"), other.get("path"))
-            if here is None or there is None or not _nested_paths(here, there):
-                continue
-            where = f"{field} {other.get('path')!r} of connection {other.get('connection')!r}"
-            if here == there:
-                problem = f"pipeline {name!r} writes its files to {here} already ({where})"
-            else:
-                problem = (
-                    f"{here} and {there}, where pipeline {name!r} writes its files ({where}),"
-                    " are one inside the other"
-                )
-            errors.append(
+    directories.check_pipeline(pipeline.name, spec.to_dict(), others)
+
+
+# pg_advisory_xact_lock key ("cp-group" in ASCII): pipelines that name a consumer group are
+# saved one after the other, so that two saved at once cannot both take the same group.
+CONSUMER_GROUP_LOCK = 0x63702D67726F7570
+
+
+def _check_consumer_group(pipeline: Pipeline, spec: PipelineSpec) -> None:
+    """No two pipelines mirror their offsets into one consumer group
+    (`source.consumer_group`): each would overwrite the other's committed offsets, and lag
+    tools would show one pipeline's progress as the other's. Group ids are compared across
+    every connection (two connections may reach one cluster). Raises SpecError on
+    `source.consumer_group`. In the saving transaction, before any connection is locked:
+    the lock is held until it commits."""
+    group = spec.source.consumer_group
+    if group is None:
+        return
+    with db.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CONSUMER_GROUP_LOCK])
+    other = (
+        Pipeline.objects.filter(spec__source__consumer_group=group)
+        .exclude(pk=pipeline.pk)
+        .order_by("name")
+        .values_list("name", flat=True)
+        .first()
+    )
+    if other is not None:
+        raise SpecError(
+            [
                 FieldError(
-                    f"sinks[{i}].path" if spec.sinks else "sink.path",
-                    f"{problem}: two pipelines may not write to the same directory or nested"
-                    " ones (readers of one would see the other's files)",
+                    "source.consumer_group",
+                    f"{group!r} is the consumer group of pipeline {other!r} already: each"
+                    " pipeline mirrors its offsets into a group of its own",
                 )
-            )
-            break
-    if errors:
-        raise SpecError(errors)
-
-
-def _sink_fields(spec: dict) -> list[tuple[str, dict]]:
-    if spec.get("sinks"):
-        return [(f"sinks[{j}].path", s) for j, s in enumerate(spec["sinks"]) if isinstance(s, dict)]
-    sink = spec.get("sink")
-    return [("sink.path", sink)] if isinstance(sink, dict) else []
-
-
-def _files_location(roots: dict[str, dict], connection: Any, path: Any) -> str | None:
-    """Where a files sink writes: its connection's root and its path, as one URI."""
-    if not isinstance(path, str) or connection not in roots:
-        return None
-    try:
-        return f"{files_root(roots[connection])}/{path}"
-    except ValueError:  # a root stored by an older, looser version: by connection then
-        return f"connection {connection}/{path}"
+            ]
+        )
 
 
 def _missing_connection_error(spec: PipelineSpec, name: str) -> FieldError:
@@ -238,6 +237,7 @@ def create_pipeline(
         raise Invalid("name", f"{name!r} is reserved (the API's /api/pipelines/{name}/)")
     spec = validate(spec_data)
     canonical = spec.to_dict()
+    _check_text("description", description)
     if problem := placement_problem(placement):
         raise Invalid("placement", problem)
     if problem := labels_problem(labels or {}):
@@ -260,6 +260,7 @@ def create_pipeline(
             PipelineVersion.objects.create(
                 pipeline=pipeline, version=1, spec=canonical, created_by=user
             )
+            _check_consumer_group(pipeline, spec)
             _check_files_paths(pipeline, spec)
             _link_connections(pipeline, spec)
             _check_placement(placement)
@@ -302,6 +303,7 @@ def update_pipeline(
     """
     expected = pipeline.version if expected_version is None else expected_version
     spec = validate(spec_data) if spec_data is not None else None
+    _check_text("description", description)
     if placement is not None and (problem := placement_problem(placement)):
         raise Invalid("placement", problem)
     if labels is not None and (problem := labels_problem(labels)):
@@ -336,6 +338,7 @@ def update_pipeline(
             PipelineVersion.objects.create(
                 pipeline=current, version=new_version, spec=changes["spec"], created_by=user
             )
+            _check_consumer_group(current, spec)
             _check_files_paths(current, spec)
             _link_connections(current, spec)
         # Conditional on the version read above: exactly one row, or somebody else won.

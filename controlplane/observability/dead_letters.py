@@ -37,6 +37,7 @@ from controlplane.definitions import audit
 from controlplane.definitions.models import AuditEntry, Pipeline
 from jobs.connections import files_root, kafka_client_config
 from jobs.kafka.metadata import metadata_consumer
+from jobs.kafka.names import internal_problem
 from jobs.sinks.postgres import DEAD_LETTERS_TABLE
 
 log = logging.getLogger("controlplane.dead_letters")
@@ -362,6 +363,33 @@ def counts(pipelines: list[Pipeline]) -> dict[int, dict]:
 def check_topic(topic: str) -> None:
     if not TOPIC.match(topic or ""):
         raise BadFilter("topic", f"{topic!r} is not a Kafka topic name")
+    if problem := internal_problem("topic", topic):
+        raise BadFilter("to", problem)
+
+
+def check_source_topics(pipeline: Pipeline, letters: list[dict]) -> None:
+    """BadFilter naming `to` unless every letter was recorded from one of the pipeline's
+    source topics: a redrive to source writes each letter to the topic its row names, and
+    the dead-letter table is in the sink database, which the pipeline (and whoever else can
+    write there) writes: a row naming __consumer_offsets or another pipeline's topic must
+    not make the control plane produce there."""
+    topics = list((pipeline.spec.get("source") or {}).get("topics") or [])
+    strays: dict[str | None, int] = defaultdict(int)
+    for letter in letters:
+        if letter["topic"] not in topics:
+            strays[letter["topic"]] += 1
+    if not strays:
+        return
+    named = ", ".join(
+        f"{t!r} ({n} letter{'s' if n > 1 else ''})"
+        for t, n in sorted(strays.items(), key=lambda item: str(item[0]))
+    )
+    raise BadFilter(
+        "to",
+        f"letters recorded from topics this pipeline does not read: {named}; a redrive to"
+        f" source writes only to its source.topics ({', '.join(map(repr, topics))}): narrow"
+        " the filters (topic), or name the topic to redrive them to. Nothing was redriven",
+    )
 
 
 def redrive(
@@ -403,6 +431,8 @@ def _redrive(pipeline: Pipeline, filters: Filters, *, to, config, user, reason) 
             break
     if not letters:
         return {"redriven": 0, "failed": 0, "remaining": 0, "to": to, "error": None}
+    if to == "source":
+        check_source_topics(pipeline, letters)
     # A redrive never creates a topic: the target (or each source topic) must exist.
     for topic in sorted({to} if to != "source" else {letter["topic"] for letter in letters}):
         _check_exists(config, topic)

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_http_methods
 
 from controlplane.accounts.decorators import role_required
 from controlplane.accounts.roles import EDITOR, VIEWER, has_role
+from controlplane.connections.directories import RootInUse
 from controlplane.connections.models import Connection, ConnectionKind
 from controlplane.connections.serializers import ConnectionSerializer
 from controlplane.definitions import audit, services
@@ -239,17 +240,22 @@ def _save_connection(request, connection, kind):
     errors = dict(parsed.errors)
     if not errors:
         serializer = ConnectionSerializer(connection, data=data)
+        saved = None
         if serializer.is_valid():
-            with transaction.atomic():
-                before = audit.connection_snapshot(connection)
-                saved = serializer.save()
-                audit.record_connection_saved(
-                    saved,
-                    user=request.user,
-                    before=before,
-                    created=connection is None,
-                    dropped=serializer.secrets_dropped,
-                )
+            try:
+                with transaction.atomic():
+                    before = audit.connection_snapshot(connection)
+                    saved = serializer.save()
+                    audit.record_connection_saved(
+                        saved,
+                        user=request.user,
+                        before=before,
+                        created=connection is None,
+                        dropped=serializer.secrets_dropped,
+                    )
+            except RootInUse as exc:  # a pipeline saved onto the new root since validation
+                errors = {"settings.root": [exc.message]}
+        if saved is not None:
             verb = "saved" if connection else "created"
             if serializer.secrets_dropped:
                 messages.warning(
@@ -259,7 +265,7 @@ def _save_connection(request, connection, kind):
                 )
             messages.success(request, f"Connection {saved.name} {verb}.")
             return redirect("connections")
-        errors = {k: [str(m) for m in v] for k, v in serializer.errors.items()}
+        errors = errors or {k: [str(m) for m in v] for k, v in serializer.errors.items()}
     fields = forms.CONNECTION_COMMON + forms.CONNECTION_FIELDS.get(kind, [])
     return _connection_form(
         request,

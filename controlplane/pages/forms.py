@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from controlplane import bounded_json
 from jobs.connections import SASL_MECHANISMS, SECRET_FIELDS, SECURITY_PROTOCOLS
 
 GENERAL = "__all__"  # problems that belong to no single field
@@ -459,7 +460,7 @@ def _value(f: Field, raw: Any, parsed: Parsed) -> Any:
         if re.fullmatch(r"[A-Za-z_-]+", text):
             return text  # earliest, latest: a bare word
         try:
-            return json.loads(text)
+            return bounded_json.loads(text)
         except ValueError as exc:
             parsed.error(f.name, f"not a word or JSON: {exc}")
             return None

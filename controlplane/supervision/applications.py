@@ -288,7 +288,11 @@ def _recorded_exit(run: Run, now: datetime) -> bool:
     if report is None:
         return False
     reconciler.record_exit(
-        run, now, exit_code=report.get("exit_code"), error=report.get("error_tail", "")
+        run,
+        now,
+        exit_code=report.get("exit_code"),
+        error=report.get("error_tail", ""),
+        failure=report.get("failure"),  # the member's verdict (jobs.host: by type)
     )
     return True
 

@@ -43,11 +43,13 @@ from controlplane.definitions.models import (
     Status,
 )
 from controlplane.redaction import redact
-from jobs.spec import parse_spec
+from jobs.spec import SpecError, parse_spec
+from jobs.spec.model import NoRestart
 
 from . import (
     applications,
     attention,
+    failures,
     hosts,
     launcher,
     restarts,
@@ -338,7 +340,13 @@ def _observe(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
     report = launcher.exit_report(run) if run.run_dir else None
     if report is not None:
         code = report.get("exit_code")
-        record_exit(run, now, exit_code=code, error=report.get("error_tail", ""))
+        record_exit(
+            run,
+            now,
+            exit_code=code,
+            error=report.get("error_tail", ""),
+            failure=report.get("failure"),  # the driver's verdict (checked where it is used)
+        )
         return exit_cause(run, code)
     if run.state == RunState.STARTING and not run.pid:
         if now - run.created_at > LAUNCH_GRACE:
@@ -495,10 +503,17 @@ def exit_cause(run: Run, exit_code: int | None) -> str:
 
 
 def record_exit(
-    run: Run, now: datetime, *, exit_code: int | None, error: str, current_only: bool = False
+    run: Run,
+    now: datetime,
+    *,
+    exit_code: int | None,
+    error: str,
+    failure: dict | None = None,
+    current_only: bool = False,
 ) -> bool:
     """The driver exited (its supervisor says so): end the run; False if already ended (or,
-    with `current_only`, if it is no longer the pipeline's current run)."""
+    with `current_only`, if it is no longer the pipeline's current run). `failure`: the
+    driver's verdict on its failure, permanent or transient (controlplane.supervision.failures)."""
     with transaction.atomic():
         pipeline = _lock_pipeline(run.pipeline_id)  # pipeline, then run: as everywhere
         run.refresh_from_db(fields=["state", "stop_requested_at", "end_cause", "error_tail"])
@@ -508,7 +523,9 @@ def record_exit(
             return False
         cause = exit_cause(run, exit_code)
         error = error or run.error_tail  # a killed query's own report has no error: its cause's
-        return _finish(run, pipeline, now, exit_code=exit_code, cause=cause, error=error)
+        return _finish(
+            run, pipeline, now, exit_code=exit_code, cause=cause, error=error, failure=failure
+        )
 
 
 def finish(run: Run, now: datetime, *, exit_code: int | None, cause: str, error: str) -> bool:
@@ -524,7 +541,14 @@ def finish(run: Run, now: datetime, *, exit_code: int | None, cause: str, error:
 
 
 def _finish(
-    run: Run, pipeline: Pipeline, now: datetime, *, exit_code: int | None, cause: str, error: str
+    run: Run,
+    pipeline: Pipeline,
+    now: datetime,
+    *,
+    exit_code: int | None,
+    cause: str,
+    error: str,
+    failure: dict | None = None,
 ) -> bool:
     ended = Run.objects.filter(pk=run.pk, state__in=RunState.active()).update(
         state=RunState.EXITED, ended_at=now, exit_code=exit_code, cause=cause, error_tail=error
@@ -539,7 +563,7 @@ def _finish(
     if cause in AS_ASKED or pipeline.desired_state != DesiredState.RUNNING:
         transition(pipeline, Observation.ENDED, if_generation=run.generation, next_attempt_at=None)
         return True
-    _failed(pipeline, run, now, cause=cause, error=error)
+    _failed(pipeline, run, now, cause=cause, error=error, failure=failure)
     return True
 
 
@@ -548,11 +572,22 @@ def _finish(
 AS_ASKED = ("stopped", "killed", applications.RECYCLED)
 
 
-def _failed(pipeline: Pipeline, run: Run, now: datetime, *, cause: str, error: str) -> None:
-    """A run the pipeline still wanted ended: record the failure, ask the restart policy."""
-    permanent = restarts.classify(error)
-    failure = restarts.Failure(
-        at=now, cause=permanent or cause, started_at=run.started_at, permanent=bool(permanent)
+def _failed(
+    pipeline: Pipeline,
+    run: Run,
+    now: datetime,
+    *,
+    cause: str,
+    error: str,
+    failure: dict | None = None,
+) -> None:
+    """A run the pipeline still wanted ended: record the failure, ask the restart policy.
+    Permanent or not is the driver's verdict (`failure`), by the exception's type; without
+    one (an older driver, a launch failure) the error output is read (failures.judge)."""
+    judgement = failures.judge(failure, error, cause)
+    permanent = judgement.permanent
+    this = restarts.Failure(
+        at=now, cause=judgement.cause, started_at=run.started_at, permanent=permanent
     )
     earlier = pipeline.failures.all()
     if pipeline.restarts_since is not None:
@@ -561,17 +596,30 @@ def _failed(pipeline: Pipeline, run: Run, now: datetime, *, cause: str, error: s
         restarts.Failure(at=f.at, cause=f.cause, started_at=f.run_started_at, permanent=f.permanent)
         for f in earlier
     ]
-    policy = parse_spec(pipeline.spec).restart_policy
-    decision = restarts.decide(policy, [*history, failure], now, seed=str(pipeline.pk))
+    try:
+        policy = parse_spec(pipeline.spec).restart_policy
+        decision = restarts.decide(policy, [*history, this], now, seed=str(pipeline.pk))
+        reason = redact(failures.decision_reason(judgement, decision.reason))
+    except SpecError as exc:
+        # A definition stored by an earlier version that this one refuses (a check added or
+        # tightened since): its driver refuses it at every start too, so this is permanent,
+        # whatever the policy it names; it waits for an edit. (Raising here would roll the
+        # tick back and leave the run unrecorded at every tick.)
+        permanent = True
+        decision = restarts.decide(NoRestart(), [this], now)
+        reason = redact(
+            f"gave up: the stored definition no longer validates ({exc}); edit the pipeline"
+            " (permanent: restarting cannot fix it)"
+        )
     Failure.objects.create(
         pipeline=pipeline,
         run=run,
         at=now,
         cause=cause,
         message=redact(error),
-        permanent=bool(permanent),
+        permanent=permanent,
         run_started_at=run.started_at,
-        decision=decision.reason,
+        decision=reason,
         restart_at=decision.restart_at,
     )
     transition(
@@ -581,4 +629,4 @@ def _failed(pipeline: Pipeline, run: Run, now: datetime, *, cause: str, error: s
         next_attempt_at=decision.restart_at if decision.restart else None,
         attempt=decision.attempt,
     )
-    log.warning("pipeline %s: run %s %s: %s", pipeline.name, run.generation, cause, decision.reason)
+    log.warning("pipeline %s: run %s %s: %s", pipeline.name, run.generation, cause, reason)

@@ -1,28 +1,52 @@
 """Restart policies: after a failure, restart or not, when, and why, in words.
 
-Pure logic, with Apache Flink 1.20's semantics (`restart-strategy.*`); no Django, no Celery,
-no clock: the failure history and `now` are passed in, and the answer is a function of them
-alone (jitter included: it is drawn from a seed, not from a global random state), so asking
-twice gives the same answer.
+Pure logic, with the semantics of Apache Flink 1.20's restart strategies (flink-runtime,
+`org.apache.flink.runtime.executiongraph.failover.*RestartBackoffTimeStrategy`); no Django, no
+Celery, no clock: the failure history and `now` are passed in, and the answer is a function of
+them alone (jitter included: it is drawn from a seed, not from a global random state), so
+asking twice gives the same answer. tests/test_restarts_flink.py ports Flink's unit tests.
 
-* fixed-delay: up to `attempts` restarts since the pipeline was last started by hand (or its
-  restarts were reset), `delay_seconds` apart; the next failure gives up.
-* failure-rate: restart `delay_seconds` after each failure while at most `max_failures`
-  failures fall within the trailing `interval_seconds`; give up when that rate is exceeded.
-* exponential-delay: restart after a backoff that starts at `initial_backoff_seconds` and
-  grows by `multiplier` up to `max_backoff_seconds`, +/- `jitter` (never above the maximum);
-  a failure that arrives while a restart is already pending is merged into it (no growth);
-  the backoff starts over once the failed run had been healthy for `reset_after_seconds`;
-  with `max_attempts`, give up after that many restarts since the last reset.
+Durations count in whole milliseconds, as Flink's do (each setting rounded to the nearest
+millisecond; the backoffs, the reset threshold and the interval at least 1 ms). `history` is
+the failures since the pipeline was last started by hand (or had its restarts reset), which
+is where Flink's strategy starts over: a job (re)submitted. With F failures in it, the last
+one at time t:
+
+* fixed-delay (Flink's FixedDelayRestartBackoffTimeStrategy): restart at t + delay while
+  F <= attempts; give up when F > attempts (attempts 0: never restart).
+* failure-rate (FailureRateRestartBackoffTimeStrategy): restart at t + delay unless more than
+  max_failures failures fall within [t - interval, t] (both ends counted: Flink keeps the
+  last max_failures + 1 failure times and gives up unless the oldest is more than interval
+  before t).
+* exponential-delay (ExponentialDelayRestartBackoffTimeStrategy): the failures in order; a
+  failure at or before the restart already scheduled (`at <= next_restart`) is merged into it:
+  same restart time, no new attempt. Otherwise a new attempt: when the failed run had been up
+  for at least reset_after (see below) the count `n` of attempts since the last reset starts
+  over at 0; the delay is
+      b = floor(initial * multiplier ** n)       (in ms; Flink's (long) cast)
+      o = floor(b * jitter)                      (the jitter range)
+      delay = max(initial, min(b + r, max))      (r a whole number of ms drawn in [-o, o])
+  so a delay is never below the initial backoff, and once b - o >= max it is exactly the
+  maximum; next_restart = t + delay, n += 1. With max_attempts, give up when n > max_attempts.
 * none: never restart.
 
+Where we differ from Flink, on purpose (docs/spec.md says why): the reset measures the failed
+run's own uptime (its failure time minus its start), where Flink measures from the restart it
+had scheduled (t - next_restart), which counts a late or slow restart as healthy time; a run
+that never started (a failed launch) has no uptime. A run that restart launched, failing at
+its very instant, is not merged into it (the restart is no longer pending; Flink cannot tell
+the two apart). Flink's long arithmetic overflows once initial * multiplier ** n passes
+2^63 ms (after ~90 attempts at the defaults), and a positive jitter then wraps the delay to
+the initial backoff; here it stays at the maximum.
+
 A permanent failure (a definition error: a missing column, bad credentials) is never
-restarted, whatever the policy: restarting cannot fix it.
+restarted, whatever the policy: restarting cannot fix it (Flink's unrecoverable errors).
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import re
 from collections.abc import Sequence
@@ -50,6 +74,9 @@ class Decision:
     delay_seconds: float  # from the failure to the restart
     attempt: int  # which restart this is (1 = the first since the last start or reset)
     reason: str
+    # The failure joined a restart already scheduled (exponential-delay only): no new
+    # attempt, the same restart time. Flink's notifyFailure() returns `not merged`.
+    merged: bool = False
 
     @property
     def gave_up(self) -> bool:
@@ -168,6 +195,8 @@ def describe(policy: RestartPolicy) -> str:
 
 
 def _fixed_delay(policy: FixedDelay, history: list[Failure], now: datetime) -> Decision:
+    # Flink counts every failure (notifyFailure: attempts++) and restarts while
+    # attempts <= maxNumberRestartAttempts.
     failures = len(history)
     if failures > policy.attempts:
         return _give_up(
@@ -176,7 +205,7 @@ def _fixed_delay(policy: FixedDelay, history: list[Failure], now: datetime) -> D
         )
     return _restart(
         history[-1],
-        policy.delay_seconds,
+        _ms(policy.delay_seconds),
         now,
         attempt=failures,
         reason=f"restart {failures} of {policy.attempts} ({describe(policy)})",
@@ -184,9 +213,12 @@ def _fixed_delay(policy: FixedDelay, history: list[Failure], now: datetime) -> D
 
 
 def _failure_rate(policy: FailureRate, history: list[Failure], now: datetime) -> Decision:
+    # Flink keeps the last max_failures + 1 failure times and, once it has that many, restarts
+    # only if the oldest of them is more than the interval before the last (the clock it reads
+    # is the failure's): a failure exactly one interval ago still counts.
     last = history[-1]
-    window = timedelta(seconds=policy.interval_seconds)
-    recent = sum(1 for f in history if last.at - f.at < window)
+    window = timedelta(milliseconds=max(1, _ms(policy.interval_seconds)))
+    recent = sum(1 for f in history if last.at - f.at <= window)
     if recent > policy.max_failures:
         return _give_up(
             len(history),
@@ -195,7 +227,7 @@ def _failure_rate(policy: FailureRate, history: list[Failure], now: datetime) ->
         )
     return _restart(
         last,
-        policy.delay_seconds,
+        _ms(policy.delay_seconds),
         now,
         attempt=len(history),
         reason=(
@@ -208,60 +240,105 @@ def _failure_rate(policy: FailureRate, history: list[Failure], now: datetime) ->
 def _exponential_delay(
     policy: ExponentialDelay, history: list[Failure], now: datetime, seed: str
 ) -> Decision:
-    backoff = 0.0
-    attempt = 0
-    pending_until: datetime | None = None
-    delay = 0.0
-    merged = False
-    reset = False
+    # Flink's notifyFailure() replayed over the history: `attempts` is its
+    # currentRestartAttempt, `next_restart` its nextRestartTimestamp.
+    initial = max(1, _ms(policy.initial_backoff_seconds))
+    maximum = max(initial, _ms(policy.max_backoff_seconds))
+    healthy = timedelta(milliseconds=max(1, _ms(policy.reset_after_seconds)))
+    attempts = 0
+    next_restart: datetime | None = None
+    delay = 0
+    merged = reset = False
     for failure in history:
-        if pending_until is not None and failure.at < pending_until:
-            merged = True  # part of the failure a restart is already pending for
+        if next_restart is not None and _pending(failure, next_restart):
+            merged = True  # part of the failure a restart is already scheduled for
             continue
         merged = False
-        healthy = (
-            (failure.at - failure.started_at).total_seconds()
-            if failure.started_at is not None
-            else 0.0
+        # Flink resets when t - next_restart >= threshold; we ask how long the failed run was
+        # really up (a restart that came late, or a slow launch, is no healthy time).
+        reset = attempts > 0 and _uptime(failure) >= healthy
+        if reset:
+            attempts = 0
+        delay = _backoff_ms(
+            policy, attempts, initial, maximum, f"{seed}/{attempts + 1}/{failure.at.isoformat()}"
         )
-        reset = attempt > 0 and healthy >= policy.reset_after_seconds
-        if attempt == 0 or reset:
-            backoff, attempt = policy.initial_backoff_seconds, 1
-        else:
-            backoff = min(backoff * policy.multiplier, policy.max_backoff_seconds)
-            attempt += 1
-        delay = _jittered(backoff, policy, f"{seed}/{attempt}/{failure.at.isoformat()}")
-        pending_until = failure.at + timedelta(seconds=delay)
+        next_restart = failure.at + timedelta(milliseconds=delay)
+        attempts += 1
     last = history[-1]
-    if policy.max_attempts is not None and attempt > policy.max_attempts:
+    if policy.max_attempts is not None and attempts > policy.max_attempts:
         return _give_up(
-            attempt,
-            f"gave up: {attempt} restarts since the backoff was last reset exceed"
+            attempts,
+            f"gave up: {attempts} restarts since the backoff was last reset exceed"
             f" {describe(policy)}",
         )
+    assert next_restart is not None  # the first failure is never merged
     if merged:
         # The restart already scheduled covers this failure too: same time, no growth.
-        assert pending_until is not None
+        left = max(timedelta(0), next_restart - last.at)
         return Decision(
             restart=True,
-            restart_at=max(pending_until, now),
-            # The time left of the pending delay (pending_until is rounded to microseconds:
-            # never report more than the delay itself).
-            delay_seconds=min(delay, max(0.0, (pending_until - last.at).total_seconds())),
-            attempt=attempt,
-            reason=f"restart {attempt} already pending: failure merged ({describe(policy)})",
+            restart_at=max(next_restart, now),
+            delay_seconds=left.total_seconds(),
+            attempt=attempts,
+            reason=f"restart {attempts} already pending: failure merged ({describe(policy)})",
+            merged=True,
         )
     note = ", backoff reset after a healthy run" if reset else ""
     return _restart(
         last,
         delay,
         now,
-        attempt=attempt,
-        reason=f"restart {attempt} after {_s(delay)}{note} ({describe(policy)})",
+        attempt=attempts,
+        reason=f"restart {attempts} after {_s(delay / 1000)}{note} ({describe(policy)})",
     )
 
 
+def _backoff_ms(
+    policy: ExponentialDelay, attempts: int, initial: int, maximum: int, seed: str
+) -> int:
+    """Flink's calculateActualBackoffTime(), in whole milliseconds: the initial backoff times
+    the multiplier to the power of the attempts since the reset, +/- the jitter drawn from
+    the seed, capped at the maximum and never below the initial backoff."""
+    try:
+        grown = initial * math.pow(policy.multiplier, attempts)
+    except OverflowError:
+        grown = math.inf
+    # Java's (long) cast: truncated, saturating at Long.MAX_VALUE. Python's ints do not wrap
+    # when the jitter is added, so the delay stays at the maximum (Flink's wraps to initial).
+    backoff = _LONG_MAX if grown >= _LONG_MAX else int(grown)
+    jitter = 0
+    if policy.jitter:
+        offset = int(backoff * policy.jitter)
+        digest = hashlib.sha256(seed.encode()).digest()
+        jitter = random.Random(digest).randint(-offset, offset)  # noqa: S311 - not security
+    return max(initial, min(backoff + jitter, maximum))
+
+
 # -- shared pieces ------------------------------------------------------------------------------
+
+_LONG_MAX = 2**63 - 1
+
+
+def _ms(seconds: float) -> int:
+    """A setting in whole milliseconds, as Flink takes its durations."""
+    return round(seconds * 1000)
+
+
+def _pending(failure: Failure, next_restart: datetime) -> bool:
+    """Whether the failure came while the restart scheduled for `next_restart` was pending:
+    at or before its time (Flink: now <= nextRestartTimestamp), and not of the run that
+    restart launched (a run started at that time, failing at that very instant, is a failure
+    of its own: the restart had happened)."""
+    if failure.at > next_restart:
+        return False
+    return failure.started_at is None or failure.started_at < next_restart
+
+
+def _uptime(failure: Failure) -> timedelta:
+    """How long the failed run was up; a run that never started was never healthy."""
+    if failure.started_at is None:
+        return timedelta(0)
+    return max(timedelta(0), failure.at - failure.started_at)
 
 
 def _order(failure: Failure) -> tuple:
@@ -269,19 +346,12 @@ def _order(failure: Failure) -> tuple:
     return (failure.at, failure.started_at or failure.at, failure.cause, failure.permanent)
 
 
-def _jittered(backoff: float, policy: ExponentialDelay, seed: str) -> float:
-    """The backoff +/- jitter, drawn from the seed (stable), within [0, max_backoff]."""
-    digest = hashlib.sha256(seed.encode()).digest()
-    factor = random.Random(digest).uniform(-policy.jitter, policy.jitter)  # noqa: S311 - not security
-    return min(policy.max_backoff_seconds, max(0.0, backoff * (1 + factor)))
-
-
-def _restart(failure: Failure, delay: float, now: datetime, *, attempt: int, reason: str):
-    due = failure.at + timedelta(seconds=delay)
+def _restart(failure: Failure, delay_ms: int, now: datetime, *, attempt: int, reason: str):
+    due = failure.at + timedelta(milliseconds=delay_ms)
     return Decision(
         restart=True,
         restart_at=max(due, now),
-        delay_seconds=delay,
+        delay_seconds=delay_ms / 1000,
         attempt=attempt,
         reason=reason,
     )

@@ -21,6 +21,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from ..failures import PermanentError
+
 # Mechanisms checked here (the ones a stored connection may name).
 CHECKED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 # At most this long, however long the client itself would wait.
@@ -31,9 +33,11 @@ _UNSUPPORTED_SASL_MECHANISM, _ILLEGAL_SASL_STATE, _SASL_AUTHENTICATION_FAILED = 
 _CLIENT_ID = b"controlplane-sasl-check"
 
 
-class SaslLoginError(RuntimeError):
+class SaslLoginError(PermanentError, RuntimeError):
     """The broker refused the login: wrong user name or password, or a mechanism it does not
     enable. The message names the broker, user and mechanism, never the password."""
+
+    what = "bad credentials"
 
 
 class _Inconclusive(Exception):

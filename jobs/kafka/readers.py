@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..failures import DefinitionError
+
 SPARK_KAFKA = "spark-kafka"
 PYTHON = "python"
 PIN_FILE = "controlplane-reader.json"
@@ -40,7 +42,7 @@ _LOGIN_MODULES = {
 }
 
 
-class ReaderError(RuntimeError):
+class ReaderError(DefinitionError, RuntimeError):
     """The pipeline cannot be read as asked: a definition error, the same on every restart."""
 
 

@@ -41,6 +41,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from ..failures import PermanentError
 from . import arrowfetch
 from .arrowfetch import Chunk
 from .auth import check_sasl_login
@@ -65,8 +66,10 @@ ARROW_SCHEMA = pa.schema(
 EARLIEST, LATEST = -2, -1
 
 
-class DataLossError(RuntimeError):
+class DataLossError(PermanentError, RuntimeError):
     """Records the query should have read were deleted (retention, truncation) first."""
+
+    what = "data loss (fail_on_data_loss is true)"
 
 
 class KafkaSourceOptions:

@@ -45,6 +45,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from ..failures import DefinitionError
 from .rolling import Policy, Roll, Staged, next_check, plan
 
 log = logging.getLogger("jobs.sinks.files")
@@ -86,7 +87,7 @@ def stop_rollers(pipeline: str, timeout: float = 60.0) -> None:
         roller.thread.join(timeout)
 
 
-class FileSinkError(Exception):
+class FileSinkError(DefinitionError):
     """A files sink whose definition cannot work (a partition column the output lacks): a
     definition error, not retried."""
 

@@ -25,6 +25,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..failures import DefinitionError
 from ..kafka.readers import java_client_options
 
 log = logging.getLogger("jobs.sinks.kafka")
@@ -43,7 +44,7 @@ PICKS_ROWS = r"Limit|TakeOrdered|Sample|\bCoalesce \d"
 _PICKS_ROWS = re.compile(PICKS_ROWS)
 
 
-class KafkaSinkError(RuntimeError):
+class KafkaSinkError(DefinitionError, RuntimeError):
     """The Kafka sink cannot write as asked: a definition error, the same on every restart."""
 
 

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from ..failures import DefinitionError
+
 log = logging.getLogger("jobs.sinks.postgres")
 
 COMMITS_TABLE = "_cp_commits"
@@ -125,7 +127,7 @@ def _retried(method):
     return wrapper
 
 
-class MixedWritesError(RuntimeError):
+class MixedWritesError(DefinitionError, RuntimeError):
     """A replayed batch was partly written directly and is now to be staged: it cannot be
     completed exactly once, so the job stops instead."""
 

@@ -36,7 +36,13 @@ from .validate import (
     TOPIC_RE,
 )
 
-TOPIC = {"type": "string", "pattern": TOPIC_RE.pattern, "not": {"enum": [".", ".."]}}
+# Names starting with __ are Kafka's own (jobs.kafka.names): a string of that form, never null.
+KAFKA_INTERNAL = {"type": "string", "pattern": "^__"}
+TOPIC = {
+    "type": "string",
+    "pattern": TOPIC_RE.pattern,
+    "not": {"anyOf": [{"enum": [".", ".."]}, KAFKA_INTERNAL]},
+}
 # A files sink's path: 1-16 directories (each as the validator allows), trailing "/" ignored.
 _SEGMENT = FILES_PATH_SEGMENT_RE.pattern.strip("^$")
 FILES_PATH = {
@@ -159,6 +165,7 @@ _FIELDS: dict[tuple[type, str], dict[str, Any]] = {
     (model.KafkaSource, "consumer_group"): {
         "type": ["string", "null"],
         "pattern": f"^{_GROUP_ID.pattern}$",
+        "not": KAFKA_INTERNAL,
     },
     (model.Transform, "sql"): {
         **SQL,
@@ -207,6 +214,7 @@ _FIELDS: dict[tuple[type, str], dict[str, Any]] = {
     (model.KafkaSink, "dead_letter_topic"): {
         "type": ["string", "null"],
         "pattern": TOPIC_RE.pattern,
+        "not": KAFKA_INTERNAL,
     },
     (model.KafkaSink, "key"): {"anyOf": [EXPRESSION, {"type": "null"}]},
     (model.KafkaSink, "value"): {"anyOf": [EXPRESSION, {"type": "null"}]},
@@ -258,7 +266,7 @@ _FIELDS: dict[tuple[type, str], dict[str, Any]] = {
         "exclusiveMinimum": 0,
         "maximum": MAX_DELAY_SECONDS,
     },
-    (model.ExponentialDelay, "multiplier"): {"type": "number", "minimum": 1},
+    (model.ExponentialDelay, "multiplier"): {"type": "number", "exclusiveMinimum": 1},
     (model.ExponentialDelay, "jitter"): {"type": "number", "minimum": 0, "maximum": 1},
     (model.ExponentialDelay, "reset_after_seconds"): {"type": "number", "exclusiveMinimum": 0},
     (model.ExponentialDelay, "max_attempts"): {"type": ["integer", "null"], "minimum": 1},

@@ -13,6 +13,9 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
+from ..failures import DefinitionError
+from ..kafka.names import internal_problem
+from . import locations
 from .avro import FRAMINGS, AvroSchemaError, avro_to_ddl
 from .ddl import ArrayType, DDLError, MapType, StructType, parse_schema, to_ddl
 from .model import (
@@ -30,7 +33,13 @@ from .model import (
     Trigger,
     Watermark,
 )
-from .sql import SQLError, check_expression, check_transform_sql, expression_columns
+from .sql import (
+    SQLError,
+    check_expression,
+    check_transform_sql,
+    expression_columns,
+    output_columns,
+)
 from .streaming import stream_shape
 
 # Postgres identifiers we create and quote ourselves: lower case, no quoting surprises, < 64 bytes.
@@ -53,7 +62,7 @@ class FieldError:
     message: str
 
 
-class SpecError(ValueError):
+class SpecError(DefinitionError, ValueError):
     """A spec with one or more problems; `errors` names each field and what is wrong."""
 
     def __init__(self, errors: list[FieldError]):
@@ -224,9 +233,32 @@ def parse_spec(
         state_store=state_store,
     )
     _check_stateful(errors, spec)
+    _check_output_keys(errors, spec)
     if errors:
         raise SpecError(errors)
     return spec
+
+
+def _check_output_keys(errors: list[FieldError], spec: PipelineSpec) -> None:
+    """An upsert's key columns are columns of the transform's output, where its SQL tells
+    them (checked after the stateful checks, whose message about a key is the more telling).
+    Where the output is only known to Spark, the run finds out: the sink's CREATE TABLE
+    refuses the key (SQLSTATE 42703), a permanent failure (jobs.failures)."""
+    if spec.transform is None:
+        return  # the source schema's columns: checked with the sink
+    columns = None
+    reported = {e.field for e in errors}
+    for i, sink in enumerate(spec.all_sinks()):
+        if sink.kind != "postgres" or not sink.key:
+            continue
+        columns = columns or _output_columns(spec.source, spec.transform)
+        if columns is None:
+            return
+        path = f"sinks[{i}]" if spec.sinks else "sink"
+        for j, column in enumerate(sink.key):
+            field = f"{path}.key[{j}]"
+            if column.lower() not in columns and field not in reported:
+                errors.append(FieldError(field, f"column {column!r} is not {_not_output(columns)}"))
 
 
 STATE_STORES = ("rocksdb", "hdfs")
@@ -415,7 +447,10 @@ def _parse_sinks(
 
 
 def sink_target(sink) -> str:
-    """What a sink writes, within its connection: a table, a topic or a path."""
+    """What a sink writes, within its connection: a table, a topic or a path. A files path
+    is canonical already (_parse_files_sink keeps only plain directory names, joined by one
+    `/`), so it is returned as stored: it feeds the sinks' marker digests, which must not
+    change (jobs.pipeline.marker_scope)."""
     if sink.kind == "kafka":
         return sink.topic
     if sink.kind == "files":
@@ -424,7 +459,12 @@ def sink_target(sink) -> str:
 
 
 def _nested_paths(a: str, b: str) -> bool:
-    return a == b or b.startswith(a + "/") or a.startswith(b + "/")
+    """Whether two paths under one root are the same directory or one inside the other
+    (compared as canonical directories, never as text: `a` is not inside `ab`)."""
+    return locations.overlapping(
+        locations.Location("", "", locations.relative(a)),
+        locations.Location("", "", locations.relative(b)),
+    )
 
 
 def _check_connection(
@@ -500,6 +540,8 @@ def _parse_source(
             "consumer_group",
             f"must be 1-249 characters of letters, digits, '.', '_' and '-'; got {group!r}",
         )
+    elif group is not None and (problem := internal_problem("consumer group", group)):
+        s.error("consumer_group", problem)
     watermark, deduplicate = _parse_event_time(s, schema if s.ok else None)
     if not s.ok:
         return None
@@ -585,7 +627,9 @@ FORMATS = ("json", "avro")
 
 
 def _parse_avro(s: Section) -> tuple[str | None, str | None]:
-    """(canonical Avro schema JSON, the Spark DDL of its columns), or Nones after an error."""
+    """(canonical Avro schema JSON, the Spark DDL of its columns), or Nones after an error.
+    avro_to_ddl checks the schema's size, nesting and inlined size first (the limits in
+    jobs/spec/avro.py), and says every problem as an AvroSchemaError."""
     given = s.get("avro_schema")
     if given is None:
         return None, None
@@ -593,8 +637,6 @@ def _parse_avro(s: Section) -> tuple[str | None, str | None]:
         return avro_to_ddl(given)
     except AvroSchemaError as exc:
         s.error("avro_schema", str(exc))
-    except DDLError as exc:  # e.g. fields whose names differ only in case: one Spark column
-        s.error("avro_schema", f"its fields do not make Spark columns: {exc}")
     return None, None
 
 
@@ -640,6 +682,8 @@ def _parse_topics(s: Section) -> list[str] | None:
     for i, topic in enumerate(topics):
         if not isinstance(topic, str) or not is_topic_name(topic):
             s.error(f"topics[{i}]", f"{topic!r} is not a valid Kafka topic name")
+        elif problem := internal_problem("topic", topic):
+            s.error(f"topics[{i}]", problem)
         elif topic in seen:
             s.error(f"topics[{i}]", f"topic {topic!r} is listed twice")
         else:
@@ -791,7 +835,8 @@ def _parse_sink(
     if mode == "append" and key:
         s.error("key", "applies to upsert mode only")
     if key and source is not None and transform is None:
-        # Without a transform the output columns are the source schema's.
+        # Without a transform the output columns are the source schema's (with one: see
+        # _check_output_keys).
         columns = {f.name.lower() for f in parse_schema(source.schema).fields}
         for i, column in enumerate(key):
             if isinstance(column, str) and column.lower() not in columns:
@@ -829,10 +874,9 @@ def _parse_kafka_sink(
             if value in source.topics:
                 s.error(name, f"{value!r} is a source topic: the pipeline would read its output")
     fmt = s.string("format", "json", choices=("json",))
-    # Without a transform the output columns are the source schema's (with one, Spark tells).
-    columns = None
-    if source is not None and transform is None:
-        columns = [f.name for f in parse_schema(source.schema).fields]
+    # Over the output columns, where they are known without Spark (else Spark tells).
+    output = _output_columns(source, transform)
+    columns = sorted(output) if output is not None else None
     key = _expression(s, "key", columns)
     value = _expression(s, "value", columns)
     headers = s.get("headers", {})
@@ -891,6 +935,10 @@ def _parse_files_sink(
             s.error("path", "must be relative: the connection gives the root it is under")
         elif not segments or len(segments) > 16 or len(where) > 512:
             s.error("path", "must name 1-16 directories under the connection's root")
+        elif "" in segments:
+            # Refused, not collapsed: the stored path is the one every comparison and the
+            # job's marker digest use (jobs.spec.locations would read a//b as a/b too).
+            s.error("path", f"{where!r} has an empty directory ('//')")
         elif (
             bad := next((x for x in segments if not FILES_PATH_SEGMENT_RE.fullmatch(x)), None)
         ) is not None:
@@ -961,10 +1009,28 @@ def _topic(s: Section, name: str, default: Any = _MISSING) -> str | None:
     if topic is not None and not is_topic_name(topic):
         s.error(name, f"{topic!r} is not a valid Kafka topic name")
         return None
-    if topic is not None and topic.startswith("__"):
-        s.error(name, f"{topic!r}: topics starting with __ are Kafka's own")
+    if topic is not None and (problem := internal_problem("topic", topic)):
+        s.error(name, problem)
         return None
     return topic
+
+
+def _output_columns(source: KafkaSource | None, transform: Transform | None) -> frozenset | None:
+    """The pipeline's output columns (lower case), what its sinks write: the source schema's
+    without a transform, the transform's where its SQL tells them (jobs.spec.sql.
+    output_columns), else None (only Spark knows)."""
+    if source is None:
+        return None
+    names = [f.name for f in parse_schema(source.schema).fields]
+    if transform is None:
+        return frozenset(n.lower() for n in names)
+    return output_columns(transform.sql, columns=names)
+
+
+def _not_output(columns: frozenset) -> str:
+    plain = sorted(c for c in columns if IDENTIFIER_RE.fullmatch(c))
+    listed = f" ({', '.join(plain)})" if 0 < len(plain) <= 12 else ""
+    return f"an output column of the transform{listed}"
 
 
 def _expression(s: Section, name: str, columns: list[str] | None) -> str | None:
@@ -1082,7 +1148,9 @@ def _exponential_delay(errors: list[FieldError]) -> Callable[[Any], Any]:
             exclusive_minimum=True,
             maximum=MAX_DELAY_SECONDS,
         )
-        multiplier = s.number("multiplier", d.multiplier, minimum=1.0)
+        # Flink refuses a multiplier of 1 or less ("Backoff multiplier must be greater than
+        # 1"): the backoff must grow; a constant delay is what fixed-delay is for.
+        multiplier = s.number("multiplier", d.multiplier, minimum=1.0, exclusive_minimum=True)
         jitter = s.number("jitter", d.jitter, maximum=1.0)
         reset = s.number("reset_after_seconds", d.reset_after_seconds, exclusive_minimum=True)
         attempts = s.integer("max_attempts", None, minimum=1)

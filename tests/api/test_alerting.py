@@ -12,7 +12,7 @@ from django.utils import timezone
 from controlplane.alerting import engine
 from controlplane.alerting.models import Alert, AlertChannel, AlertDelivery, AlertRule
 from controlplane.definitions.models import AuditEntry, Pipeline
-from tests.api.test_rollback import client_as
+from tests.clients import client_as
 
 
 @pytest.fixture

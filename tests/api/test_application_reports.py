@@ -7,7 +7,7 @@ import pytest
 
 from controlplane.accounts.models import digest
 from controlplane.definitions.models import BatchProgress, Pipeline, Run, SparkApplication
-from tests.api.test_run_reports import PROGRESS, driver
+from tests.clients import PROGRESS, driver
 
 
 @pytest.fixture

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from tests.api.test_run_reports import PROGRESS, driver, running  # noqa: F401 - a fixture
+from tests.clients import PROGRESS, driver
 
 
 def test_without_a_readable_checkpoint_the_page_comes_from_progress_reports(
     api,
-    running,  # noqa: F811 - the fixture
+    running,
     settings,
     tmp_path,
 ):

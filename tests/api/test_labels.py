@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from controlplane.definitions.models import AuditEntry, Pipeline
-from tests.api.test_rollback import client_as
+from tests.clients import client_as
 from tests.factories import valid_spec
 
 

@@ -4,20 +4,10 @@ running pipeline is restarted so that the older spec runs."""
 from __future__ import annotations
 
 import pytest
-from rest_framework.test import APIClient
 
-from controlplane.accounts.models import ApiToken
-from controlplane.accounts.roles import OPERATOR, VIEWER, set_role
+from controlplane.accounts.roles import OPERATOR, VIEWER
 from controlplane.definitions.models import AuditEntry, Pipeline, Run
-
-
-def client_as(django_user_model, role: str) -> APIClient:
-    user = django_user_model.objects.create_user(username=f"r-{role}", password="x-not-used-1")
-    set_role(user, role)
-    _, key = ApiToken.issue(user, "t")
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
-    return client
+from tests.clients import client_as
 
 
 @pytest.fixture

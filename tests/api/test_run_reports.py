@@ -2,49 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-from rest_framework.test import APIClient
-
-from controlplane.accounts.models import digest
 from controlplane.definitions.models import Pipeline, Run
-
-PROGRESS = {
-    "id": "q",
-    "batchId": 3,
-    "timestamp": "2026-11-21T10:00:00.000Z",
-    "numInputRows": 1200,
-    "inputRowsPerSecond": 1000.5,
-    "processedRowsPerSecond": 2400.0,
-    "batchDuration": 500,
-    "durationMs": {"addBatch": 400, "latestOffset": 20, "triggerExecution": 500},
-    "sources": [
-        {
-            "description": "cp_kafka",
-            "startOffset": '{"t": {"0": 0}}',
-            "endOffset": '{"t": {"0": 1200}, "$plan": {"min_splits": 2}}',
-            "latestOffset": '{"t": {"0": 5000}}',
-            "numInputRows": 1200,
-        }
-    ],
-}
-
-
-@pytest.fixture
-def running(pipeline):
-    """The pipeline with a current run (generation 1) whose driver holds token 'tok-1'."""
-    row = Pipeline.objects.get(name="orders")
-    Pipeline.objects.filter(pk=row.pk).update(
-        generation=1, desired_state="running", status="running"
-    )
-    return Run.objects.create(
-        pipeline=row, generation=1, spec_version=1, state="running", token_digest=digest("tok-1")
-    )
-
-
-def driver(token: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"RunToken {token}")
-    return client
+from tests.clients import PROGRESS, driver
 
 
 def test_a_heartbeat_is_recorded_and_answered(running):

@@ -20,63 +20,14 @@ from controlplane.definitions.models import (
     StateSample,
 )
 from controlplane.observability import state
-from tests.api.test_run_reports import PROGRESS, driver, running  # noqa: F401 - a fixture
-
-ROCKSDB = {
-    "operatorName": "stateStoreSave",
-    "numRowsTotal": 1500,
-    "numRowsUpdated": 120,
-    "numRowsRemoved": 30,
-    "allUpdatesTimeMs": 12,
-    "allRemovalsTimeMs": 3,
-    "commitTimeMs": 41,
-    "memoryUsedBytes": 250_000,
-    "numRowsDroppedByWatermark": 7,
-    "numShufflePartitions": 4,
-    "numStateStoreInstances": 4,
-    # As Spark 4 reports them (and more rocksdb* metrics), captured from a real query.
-    "customMetrics": {
-        "SnapshotLastUploaded.partition_0_default": 4,
-        "rocksdbSstFileSize": 9_000_000,
-        "rocksdbCommitCheckpointLatency": 6,
-        "rocksdbCommitFlushLatency": 2,
-        "rocksdbCommitCompactLatency": 0,
-        "rocksdbChangeLogWriterCommitLatencyMs": 1,
-    },
-}
-HDFS = {
-    "operatorName": "dedupeWithinWatermark",
-    "numRowsTotal": 80,
-    "numRowsUpdated": 10,
-    "numRowsRemoved": 0,
-    "commitTimeMs": 9,
-    "memoryUsedBytes": 60_000,
-    "numRowsDroppedByWatermark": 2,
-    "customMetrics": {
-        "SnapshotLastUploaded.partition_0_default": -1,  # not read: may be negative
-        "forceSnapshotCount": 0,
-        "loadedMapCacheHitCount": 12,
-        "loadedMapCacheMissCount": 0,
-        "stateOnCurrentVersionSizeBytes": 21_000,
-    },
-}
-
-
-def stateful(batch: int, *operators: dict, **overrides) -> dict:
-    return {
-        **PROGRESS,
-        "batchId": batch,
-        "durationMs": {"walCommit": 11, "commitOffsets": 5, "addBatch": 300},
-        "stateOperators": list(operators or (ROCKSDB, HDFS)),
-        **overrides,
-    }
+from tests.clients import HDFS, PROGRESS, ROCKSDB, driver, stateful
 
 
 def post(run, body, key="tok-1"):
     return driver(key).post(f"/api/runs/{run.pk}/progress/", body, format="json")
 
 
-def test_each_operator_s_state_is_kept_per_batch_with_its_store(running):  # noqa: F811
+def test_each_operator_s_state_is_kept_per_batch_with_its_store(running):
     assert post(running, stateful(3)).status_code == 200
     rocks, hdfs = StateSample.objects.order_by("operator")
     assert (rocks.operator, rocks.name, rocks.store, rocks.batch_id) == (
@@ -103,7 +54,7 @@ def test_each_operator_s_state_is_kept_per_batch_with_its_store(running):  # noq
     )
 
 
-def test_a_job_that_reports_no_state_stores_none_and_costs_nothing_more(running):  # noqa: F811
+def test_a_job_that_reports_no_state_stores_none_and_costs_nothing_more(running):
     with CaptureQueriesContext(connection) as queries:
         assert post(running, PROGRESS).status_code == 200
         assert post(running, {**PROGRESS, "batchId": 4, "stateOperators": []}).status_code == 200
@@ -113,7 +64,7 @@ def test_a_job_that_reports_no_state_stores_none_and_costs_nothing_more(running)
     assert not StateSample.objects.exists() and not StateOperator.objects.exists()
 
 
-def test_late_rows_are_counted_once_whatever_is_sent_again(running):  # noqa: F811
+def test_late_rows_are_counted_once_whatever_is_sent_again(running):
     assert post(running, [stateful(3), stateful(4)]).status_code == 200
     assert post(running, [stateful(4), stateful(5)]).status_code == 200  # a retry overlapping
     assert post(running, stateful(3)).status_code == 200  # an old batch, again
@@ -124,7 +75,7 @@ def test_late_rows_are_counted_once_whatever_is_sent_again(running):  # noqa: F8
 
 
 def test_another_query_shape_starts_its_own_totals_and_drops_the_former_operators(
-    running,  # noqa: F811
+    running,
 ):
     assert post(running, stateful(3)).status_code == 200
     # The next run (a new spec version) keeps one operator, of another kind.
@@ -165,7 +116,7 @@ def test_another_query_shape_starts_its_own_totals_and_drops_the_former_operator
     ],
 )
 def test_malformed_state_gets_field_errors_and_nothing_is_kept(
-    running,  # noqa: F811
+    running,
     operator,
     errors,
 ):
@@ -175,7 +126,7 @@ def test_malformed_state_gets_field_errors_and_nothing_is_kept(
     assert not BatchProgress.objects.exists() and not StateSample.objects.exists()
 
 
-def test_state_that_is_not_a_list_of_objects_is_refused(running):  # noqa: F811
+def test_state_that_is_not_a_list_of_objects_is_refused(running):
     for bad in ("lots", [1], [None], {"operatorName": "x"}, [ROCKSDB] * 65):
         response = post(running, {**PROGRESS, "stateOperators": bad})
         assert response.status_code == 400, (bad, response.content)
@@ -219,7 +170,7 @@ def test_a_shared_application_s_members_report_state_too(pipeline):
     assert sorted(StateSample.objects.values_list("batch_id", "operator")) == [(3, 0), (3, 1)]
 
 
-def test_the_metrics_api_shows_each_operator_now(api, running):  # noqa: F811
+def test_the_metrics_api_shows_each_operator_now(api, running):
     assert api.get("/api/pipelines/orders/metrics/").json()["state"] == []
     assert post(running, [stateful(3), stateful(4)]).status_code == 200
     rocks, hdfs = api.get("/api/pipelines/orders/metrics/").json()["state"]
@@ -234,7 +185,7 @@ def test_the_metrics_api_shows_each_operator_now(api, running):  # noqa: F811
     assert (hdfs["store"], hdfs["size_in"], hdfs["size_bytes"]) == ("hdfs", "memory", 21_000)
 
 
-def test_the_state_series_come_per_operator_with_their_trend(api, running):  # noqa: F811
+def test_the_state_series_come_per_operator_with_their_trend(api, running):
     now = datetime.now(UTC)
     for i in range(40):  # every 10 minutes for the last 6.5 h, growing
         at = now - timedelta(minutes=10 * (39 - i))
@@ -283,7 +234,7 @@ def test_a_pipeline_without_state_has_no_series_and_bad_parameters_are_named(
         assert list(response.json()) == [field]
 
 
-def test_prometheus_shows_each_operator_with_help(api, running):  # noqa: F811
+def test_prometheus_shows_each_operator_with_help(api, running):
     assert post(running, [stateful(3), stateful(4)]).status_code == 200
     Run.objects.filter(pk=running.pk).update(last_batch_id=4)
     text = api.get("/metrics").content.decode()

@@ -15,42 +15,20 @@ from pathlib import Path
 
 import pytest
 from django.utils import timezone
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
-from controlplane.accounts.roles import set_role
 from controlplane.definitions.models import AuditEntry, Run, RunState
 from controlplane.observability.collector import collect
 from controlplane.supervision import launcher, reconciler
+from tests.browser.pages import SCREENSHOTS, assert_no_csp_violations, control, sign_in
 from tests.kafka_helpers import produce
-from tests.test_launch_and_stop import new_pipeline
+from tests.runs import new_pipeline
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls made here between
 # browser steps are ordinary blocking calls.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
-
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
-CHROMIUM = os.environ.get("CONTROLPLANE_CHROMIUM", "/usr/bin/chromium")
-# Without the background-networking flags Chromium tries to reach Google at every start.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: ./stack test installs chromium"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture
@@ -85,54 +63,6 @@ def ticking(settings, tmp_path, live_server):
     thread.join(10)
     for run in Run.objects.filter(state__in=RunState.active()):
         launcher.kill(run)
-
-
-# What the Content-Security-Policy blocks, Chromium reports twice: a console message
-# ("Refused to ...") and a `securitypolicyviolation` event, collected here per document.
-CSP_WATCH = """
-window.__cspViolations = [];
-document.addEventListener("securitypolicyviolation", (e) => window.__cspViolations.push(
-  `${e.effectiveDirective}: ${e.blockedURI || "inline"} (${e.sourceFile}:${e.lineNumber})`
-));
-"""
-
-
-def watch_csp(page) -> None:
-    page.add_init_script(CSP_WATCH)
-    page.csp_console = []
-    page.on(
-        "console",
-        lambda m: page.csp_console.append(m.text) if "Content Security Policy" in m.text else None,
-    )
-
-
-def assert_no_csp_violations(page) -> None:
-    """Nothing on the page (ours, htmx, uPlot) was blocked by the policy, which is there."""
-    events = page.evaluate("() => window.__cspViolations")
-    assert events == [] and page.csp_console == [], (events, page.csp_console)
-    policy = page.evaluate(
-        "async () => (await fetch(location.href)).headers.get('content-security-policy')"
-    )
-    assert "default-src 'self'" in policy and "'unsafe-inline'" not in policy, policy
-
-
-def sign_in(browser, live_server, django_user_model, username: str, role: str):
-    user = django_user_model.objects.create_user(username=username, password="pw-for-tests-1")
-    set_role(user, role)
-    page = browser.new_page(viewport={"width": 1366, "height": 900})
-    watch_csp(page)
-    page.goto(f"{live_server.url}/")
-    expect(page).to_have_url(re.compile(r"/login/"))
-    page.get_by_label("User name").fill(username)
-    page.get_by_label("Password").fill("pw-for-tests-1")
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.locator("h1")).to_have_text("Pipelines")
-    return page
-
-
-def control(page, label: str):
-    summary = page.locator("summary").filter(has_text=re.compile(f"^{label}$"))
-    return page.locator("details.control").filter(has=summary)
 
 
 def test_a_pipeline_killed_backs_off_and_runs_again_before_the_operators_eyes(

@@ -15,23 +15,17 @@ from playwright.sync_api import expect
 from controlplane.alerting.models import Alert, AlertRule
 from controlplane.definitions.models import AuditEntry, Pipeline, RestorePoint
 from jobs.checkpoints import read_checkpoint
-from tests.browser.test_dashboard import (  # noqa: F401
-    SCREENSHOTS,
-    assert_no_csp_violations,
-    browser,
-    control,
-    sign_in,
-)
+from tests.browser.pages import SCREENSHOTS, assert_no_csp_violations, control, sign_in
 from tests.factories import valid_spec
 from tests.kafka_helpers import new_topic
+from tests.spark_helpers import fake_checkpoint
 from tests.test_dead_letters import left, letters  # noqa: F401
-from tests.test_restore_points import fake_checkpoint
 
 pytestmark = [pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
 
 
 def test_an_operator_silences_a_rule_and_acknowledges_an_alert(
-    browser,  # noqa: F811
+    browser,
     live_server,
     django_user_model,
     pipeline,
@@ -67,7 +61,7 @@ def test_an_operator_silences_a_rule_and_acknowledges_an_alert(
 
 
 def test_an_operator_takes_a_restore_point_restores_it_and_rolls_back(
-    browser,  # noqa: F811
+    browser,
     live_server,
     django_user_model,
     pipeline,
@@ -120,7 +114,7 @@ def valid_spec_canonical(api) -> dict:
 
 
 def test_an_operator_browses_and_redrives_dead_letters(
-    browser,  # noqa: F811
+    browser,
     live_server,
     django_user_model,
     letters,  # noqa: F811

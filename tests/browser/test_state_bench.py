@@ -30,12 +30,7 @@ from controlplane.api.reports import ProgressSerializer
 from controlplane.definitions.models import Pipeline, Run, RunState
 from controlplane.observability import progress
 from controlplane.supervision import reports
-from tests.browser.test_dashboard import (  # noqa: F401
-    SCREENSHOTS,
-    assert_no_csp_violations,
-    browser,
-    sign_in,
-)
+from tests.browser.pages import SCREENSHOTS, assert_no_csp_violations, sign_in
 from tests.factories import valid_spec
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls made here are
@@ -146,7 +141,7 @@ CHARTS = """() => [...document.querySelectorAll("#charts figure.chart, #state-ch
 
 
 def test_the_state_benchmark_s_two_runs_on_the_dashboard(
-    browser,  # noqa: F811
+    browser,
     live_server,
     django_user_model,
     api,

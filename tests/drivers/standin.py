@@ -3,7 +3,9 @@
 whose behaviour the test picks (SPARK_SUBMIT points here). Spark is not started, so the
 restart state machine can be driven through many runs in seconds.
 
-    STANDIN_MODE=crash      print STANDIN_ERROR to stderr and exit 1 at once
+    STANDIN_MODE=crash      print STANDIN_ERROR to stderr and exit 1 at once (with
+                            STANDIN_FAILURE, first write it as RUN_DIR/failure.json: the
+                            verdict jobs/run.py writes on a failure, jobs.failures)
     STANDIN_MODE=silent     send no heartbeat; run until killed, or until asked to stop
                             (RUN_DIR/stop, as jobs/run.py): then exit 0
 
@@ -56,6 +58,8 @@ def main() -> int:
         while not stop.exists():
             time.sleep(0.1)
         return 0
+    if os.environ.get("STANDIN_FAILURE"):
+        (Path(sys.argv[-1]) / "failure.json").write_text(os.environ["STANDIN_FAILURE"])
     print(
         os.environ.get("STANDIN_ERROR", "java.lang.OutOfMemoryError: Java heap space"),
         file=sys.stderr,

@@ -1,0 +1,453 @@
+"""Why a run failed, and whether restarting it can help: decided by the exception's *type*
+where the driver catches it, never by matching its text.
+
+A failure is **permanent** when the next run would fail the same way until someone changes
+the spec, the sink's table, the credentials or the grants (a missing column, a topic that
+does not exist, a refused password); the control plane then gives up at once whatever the
+restart policy says. Anything else is **transient**: the restart policy decides.
+
+What is looked at, from the exception the driver caught down through its causes (Python's
+`__cause__` / `__context__`, and for a Java exception behind py4j its `getCause()` chain):
+
+* our own exceptions: a subclass of `PermanentError` (a `DefinitionError` for definition
+  errors) is permanent, and says what it is (`what`): a new one needs no list edited here;
+* Spark's errors by their error condition (`SparkThrowable.getCondition()`, in Python
+  `PySparkException.getCondition()`) and, for analysis errors, by type (`AnalysisException`);
+* Postgres errors by SQLSTATE (psycopg's `Error.sqlstate`, JDBC's `SQLException.getSQLState()`);
+* Kafka's client errors by class (Java's `org.apache.kafka.common.errors.*`, kafka-python's
+  `kafka.errors.*`).
+
+A foreachBatch function's exception reaches the driver wrapped by Spark
+(FOREACH_BATCH_USER_FUNCTION_ERROR, around py4j's "exception raised by the Python proxy"), its
+type lost on the way through the JVM: `recording` keeps the Python exception itself, by
+query, and the classifier looks through the wrapper to it. An exception raised in a Python
+worker (an executor) reaches the driver as text only (PYTHON_EXCEPTION); then there is no
+typed verdict (None), and the control plane falls back to reading the error output.
+
+The verdict goes to the control plane with the driver's exit (`write_verdict`: RUN_DIR/
+failure.json, which the supervisor, or the shared application, adds to its exit report).
+
+Plain Python at import time (it is read by jobs.supervise, which runs without PySpark); py4j,
+PySpark, psycopg and kafka-python are only looked at when the exception comes from them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+PERMANENT = "permanent"
+TRANSIENT = "transient"
+KINDS = (PERMANENT, TRANSIENT)
+VERDICT_FILE = "failure.json"
+# Bounds of each field, here and in the control plane's check of a report
+# (controlplane.supervision.failures).
+MAX_REASON = 1000
+MAX_TYPE = 200
+MAX_CONDITION = 100
+DETAIL_CHARS = 500
+
+
+class PermanentError(Exception):
+    """Base of our exceptions that restarting cannot fix. `what` names the kind, in words
+    (the start of the verdict's reason)."""
+
+    what = "a permanent failure"
+
+
+class DefinitionError(PermanentError):
+    """The pipeline's definition cannot work (the spec, or what it asks of its checkpoint or
+    sink): the same on every restart."""
+
+    what = "a definition error"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str  # PERMANENT or TRANSIENT
+    reason: str  # in words, for the operator
+    type: str  # the exception's type that decided (Python or Java class name)
+    condition: str = ""  # Spark's error condition, or the SQLSTATE, that decided (if any)
+
+    @property
+    def permanent(self) -> bool:
+        return self.kind == PERMANENT
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+# -- what decides ---------------------------------------------------------------------------
+
+ANALYSIS = "a definition error (Spark cannot analyse the transform)"
+STATE = "a state the checkpoint cannot restore"
+STREAMING = "a definition error (Spark refuses the stateful transform on a stream)"
+DATA_LOSS = "data loss (fail_on_data_loss is true)"
+CREDENTIALS = "bad credentials"
+PRIVILEGES = "missing privileges"
+NO_TOPIC = "a topic that does not exist"
+
+# Spark error conditions (CLASS or CLASS.SUBCLASS; a name ending in "_" is a prefix).
+_CONDITIONS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (
+        (
+            "UNRESOLVED_COLUMN",
+            "UNRESOLVED_ROUTINE",
+            "UNRESOLVED_FIELD",
+            "TABLE_OR_VIEW_NOT_FOUND",
+            "PARSE_SYNTAX_ERROR",
+            "DATATYPE_MISMATCH",
+            "INVALID_EXTRACT_BASE_FIELD_TYPE",
+            "AMBIGUOUS_REFERENCE",
+            "COLUMN_NOT_DEFINED_IN_TABLE",
+        ),
+        ANALYSIS,
+    ),
+    # A stateful transform changed in a way its checkpoint's state cannot follow: Spark
+    # refuses to restore it at every start, until the spec goes back or the offsets are reset.
+    (
+        (
+            "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
+            "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
+            "STATE_STORE_INVALID_CONFIG_AFTER_RESTART",
+            "STATE_STORE_INVALID_PROVIDER",
+            "STATE_STORE_INVALID_VALUE_SCHEMA_EVOLUTION",
+            "STATE_STORE_INVALID_VARIABLE_TYPE_CHANGE",
+            "STREAMING_STATEFUL_OPERATOR_",
+        ),
+        STATE,
+    ),
+    (
+        (
+            "STREAMING_OUTPUT_MODE",
+            "NON_TIME_WINDOW_NOT_SUPPORTED_IN_STREAMING",
+            "UNSUPPORTED_STREAMING_OPERATOR_",
+        ),
+        STREAMING,
+    ),
+    (("KAFKA_DATA_LOSS",), DATA_LOSS),
+)
+# What wraps a foreachBatch function's exception (its Python type is behind it).
+FOREACH_BATCH = "FOREACH_BATCH_USER_FUNCTION_ERROR"
+# What an exception raised in a Python worker becomes: its type survives only as text.
+PYTHON_WORKER = "PYTHON_EXCEPTION"
+
+# Postgres SQLSTATEs (psycopg or JDBC), exact codes first, then classes (first two chars).
+_SQLSTATES = {
+    "28P01": f"{CREDENTIALS} (the database refused the password)",
+    "28000": f"{CREDENTIALS} (the database refused the login)",
+    "42501": f"{PRIVILEGES} (the database refused the statement)",
+    "42703": "a definition error (the sink table has no such column)",
+    "42P01": "a definition error (the sink table does not exist)",
+    "42804": "a definition error (a column of the sink table cannot take the output's type)",
+    "22P02": "a definition error (a column of the sink table cannot take the output's values)",
+    "3D000": "a definition error (the sink database does not exist)",
+}
+_SQLSTATE_CLASSES = {
+    "42": "a definition error (the sink table does not fit the output)",
+    "22": "a definition error (a column of the sink table cannot take the output's values)",
+    "28": CREDENTIALS,
+}
+
+# Java classes (the exception's class or a superclass).
+_JAVA_CLASSES = {
+    "org.apache.spark.sql.AnalysisException": ANALYSIS,
+    "org.apache.kafka.common.errors.UnknownTopicOrPartitionException": NO_TOPIC,
+    "org.apache.kafka.common.errors.InvalidTopicException": NO_TOPIC,
+    "org.apache.kafka.common.errors.AuthenticationException": CREDENTIALS,
+    "org.apache.kafka.common.errors.AuthorizationException": PRIVILEGES,
+}
+_PY4J_PROXY_ERROR = "py4j.Py4JException"  # a Python callback's (foreachBatch's) exception
+
+
+def _of_condition(condition: str) -> str | None:
+    for names, what in _CONDITIONS:
+        for name in names:
+            if (
+                condition.startswith(name)
+                if name.endswith("_")
+                else condition == name or condition.startswith(name + ".")
+            ):
+                return what
+    return None
+
+
+def _of_sqlstate(state: str) -> str | None:
+    return _SQLSTATES.get(state) or _SQLSTATE_CLASSES.get(state[:2])
+
+
+def _of_kafka_python(exc: BaseException) -> str | None:
+    try:
+        from kafka import errors
+    except ImportError:
+        return None
+    if isinstance(exc, errors.UnknownTopicOrPartitionError):
+        return NO_TOPIC
+    authorization = tuple(
+        getattr(errors, name)
+        for name in (
+            "TopicAuthorizationFailedError",
+            "GroupAuthorizationFailedError",
+            "ClusterAuthorizationFailedError",
+            "TransactionalIdAuthorizationFailedError",
+        )
+        if hasattr(errors, name)
+    )
+    if authorization and isinstance(exc, authorization):
+        return PRIVILEGES
+    authentication = tuple(
+        getattr(errors, name)
+        for name in ("AuthenticationFailedError", "SaslAuthenticationFailedError")
+        if hasattr(errors, name)
+    )
+    if authentication and isinstance(exc, authentication):
+        return CREDENTIALS
+    return None
+
+
+# -- walking the causes ----------------------------------------------------------------------
+
+
+@dataclass
+class _Link:
+    """One exception of the chain, Python or Java, with what can decide about it."""
+
+    type: str
+    message: str
+    condition: str = ""
+    sqlstate: str = ""
+    what: str | None = None  # the permanent kind its type says, if any
+    lost: bool = False  # a Python exception whose type did not survive the JVM
+
+
+def _python_link(exc: BaseException) -> _Link:
+    kind = type(exc)
+    link = _Link(type=f"{kind.__module__}.{kind.__qualname__}", message=str(exc))
+    if isinstance(exc, PermanentError):
+        link.what = exc.what
+        return link
+    condition = _call(exc, "getCondition") if hasattr(exc, "getCondition") else None
+    if condition:
+        link.condition = str(condition)
+        link.what = _of_condition(link.condition)
+        link.lost = link.condition == PYTHON_WORKER
+    state = getattr(exc, "sqlstate", None)  # psycopg
+    if isinstance(state, str) and state and _module(exc) == "psycopg":
+        link.sqlstate = state
+        link.what = link.what or _of_sqlstate(state)
+    if link.what is None and _module(exc) == "pyspark":
+        from pyspark.errors import AnalysisException
+
+        if isinstance(exc, AnalysisException):
+            link.what = ANALYSIS
+    if link.what is None and _module(exc) == "kafka":
+        link.what = _of_kafka_python(exc)
+    return link
+
+
+def _java_link(java: Any) -> _Link:
+    classes = []
+    cls = java.getClass()
+    while cls is not None and len(classes) < 16:
+        classes.append(str(cls.getName()))
+        cls = cls.getSuperclass()
+    link = _Link(type=classes[0] if classes else "java", message=str(java.getMessage() or ""))
+    for name in classes:
+        if name in _JAVA_CLASSES:
+            link.what = _JAVA_CLASSES[name]
+            break
+    condition = _call(java, "getCondition")
+    if condition:
+        link.condition = str(condition)
+        link.what = _of_condition(link.condition) or link.what
+        link.lost = link.condition == PYTHON_WORKER
+        state = _call(java, "getSqlState")
+        # Spark's analysis errors are SQLSTATE class 42 ("syntax error or access rule
+        # violation"), whatever their condition.
+        if link.what is None and state and str(state).startswith("42"):
+            link.what = ANALYSIS
+    if "java.sql.SQLException" in classes:
+        state = _call(java, "getSQLState")
+        if state:
+            link.sqlstate = str(state)
+            link.what = link.what or _of_sqlstate(link.sqlstate)
+    return link
+
+
+def _links(exc: BaseException, batch_error: BaseException | None) -> Iterator[_Link]:
+    """Every exception in `exc`'s causes, outermost first, each once; a foreachBatch
+    function's own exception (`batch_error`) where Spark's wrapper of it is."""
+    seen: set[Any] = set()
+    kept: list[Any] = []  # what was seen stays alive: an id() is unique only meanwhile
+    pending: list[Any] = [exc]
+    batch = batch_error
+    while pending:
+        current = pending.pop(0)
+        key = _key(current)
+        if current is None or key in seen:
+            continue
+        seen.add(key)
+        kept.append(current)
+        if isinstance(current, BaseException):
+            yield _python_link(current)
+            java = _java_of(current)
+            pending[:0] = [java] if java is not None else []
+            pending += [current.__cause__, current.__context__]
+            continue
+        link = _java_link(current)
+        if batch is not None and (
+            link.type == _PY4J_PROXY_ERROR or link.condition.startswith(FOREACH_BATCH)
+        ):
+            # Spark's wrapper of our foreachBatch function's exception: that exception
+            # itself, with its type, is what failed.
+            pending[:0] = [batch]
+            batch = None
+            continue
+        if link.type == _PY4J_PROXY_ERROR:
+            link.lost = True  # a Python callback's exception, as text only
+        yield link
+        pending[:0] = [_call(current, "getCause")]
+
+
+def _java_of(exc: BaseException) -> Any:
+    """The Java exception behind a py4j or PySpark exception, if any."""
+    java = getattr(exc, "java_exception", None)  # py4j.protocol.Py4JJavaError
+    if java is None:
+        java = getattr(exc, "_origin", None)  # pyspark's CapturedException
+    return java if java is not None and hasattr(java, "getClass") else None
+
+
+def _key(obj: Any) -> Any:
+    """Identity: a Java object's own (py4j makes a new Python object for each reference)."""
+    if obj is None or isinstance(obj, BaseException):
+        return id(obj)
+    return ("java", getattr(obj, "_target_id", id(obj)))
+
+
+def _call(obj: Any, method: str) -> Any:
+    """obj.method(), or None when it has no such method (or the JVM cannot answer)."""
+    try:
+        return getattr(obj, method)()
+    except Exception:  # py4j's Py4JError for a method the Java class lacks
+        return None
+
+
+def _module(exc: BaseException) -> str:
+    return type(exc).__module__.split(".", 1)[0]
+
+
+# -- the verdict -----------------------------------------------------------------------------
+
+
+def classify(exc: BaseException, *, batch_error: BaseException | None = None) -> Verdict | None:
+    """The verdict on the exception a run failed with: permanent if any exception among its
+    causes is of a kind restarting cannot fix (the outermost such one says why), else
+    transient. None when its type did not survive the way to the driver (an exception
+    raised in a Python worker): nothing typed can be said. `batch_error`: the exception the
+    query's foreachBatch function raised (`raised_in_batch()`), if any."""
+    links = list(_links(exc, batch_error))
+    for link in links:
+        if link.what is not None:
+            return Verdict(
+                PERMANENT,
+                _clip(f"{link.what}: {_detail(link.message)}", MAX_REASON),
+                _clip(link.type, MAX_TYPE),
+                _clip(link.condition or link.sqlstate, MAX_CONDITION),
+            )
+    if any(link.lost for link in links):
+        return None
+    root = links[-1]  # the innermost cause: what went wrong first
+    condition = next((x.condition or x.sqlstate for x in links if x.condition or x.sqlstate), "")
+    short = root.type.rsplit(".", 1)[-1]
+    return Verdict(
+        TRANSIENT,
+        _clip(f"{short}: {_detail(root.message)}", MAX_REASON),
+        _clip(root.type, MAX_TYPE),
+        _clip(condition, MAX_CONDITION),
+    )
+
+
+def _detail(message: str) -> str:
+    first = next((line.strip() for line in message.splitlines() if line.strip()), "")
+    return _clip(first, DETAIL_CHARS) or "(no message)"
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# -- a foreachBatch function's exception -----------------------------------------------------
+
+_RAISED_IN_BATCH: dict[str, BaseException] = {}
+
+
+def recording(query: str, function: Callable[[Any, int], None]) -> Callable[[Any, int], None]:
+    """`function` (a foreachBatch function) keeping the exception it raises, by query name,
+    for `classify` (Spark passes on only its text). A new query of that name starts afresh."""
+    _RAISED_IN_BATCH.pop(query, None)
+
+    def call(frame, batch_id: int) -> None:
+        try:
+            function(frame, batch_id)
+        except BaseException as exc:
+            _RAISED_IN_BATCH[query] = exc
+            raise
+
+    return call
+
+
+def raised_in_batch(query: str | None) -> BaseException | None:
+    """What the query's foreachBatch function last raised (`recording`), if anything."""
+    return _RAISED_IN_BATCH.get(query) if query else None
+
+
+# -- the verdict file ------------------------------------------------------------------------
+
+
+def write_verdict(run_dir: str | os.PathLike, verdict: Verdict) -> bool:
+    """RUN_DIR/failure.json, atomically, unless one is there already (the first verdict, the
+    one nearest the failure, is kept). False if it was not written."""
+    path = Path(run_dir) / VERDICT_FILE
+    if path.exists():
+        return False
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(verdict.as_dict()))
+    tmp.replace(path)
+    return True
+
+
+def read_verdict(run_dir: str | os.PathLike) -> dict[str, str] | None:
+    """The verdict the driver wrote, checked (kind, and each field a bounded string), or None
+    if there is none or it is not one."""
+    with contextlib.suppress(OSError, ValueError):
+        return checked(json.loads((Path(run_dir) / VERDICT_FILE).read_text()))
+    return None
+
+
+def checked(data: Any) -> dict[str, str]:
+    """`data` as a verdict: {kind, reason, type, condition}, every field a string within its
+    bound; ValueError naming the field otherwise. Other keys are left out (a newer driver's)."""
+    if not isinstance(data, dict):
+        raise ValueError("must be an object: {kind, reason, type, condition}")
+    if data.get("kind") not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}")
+    out = {"kind": data["kind"]}
+    for name, limit, required in (
+        ("reason", MAX_REASON, True),
+        ("type", MAX_TYPE, False),
+        ("condition", MAX_CONDITION, False),
+    ):
+        value = data.get(name)
+        if value is None and not required:
+            value = ""
+        if not isinstance(value, str) or (required and not value.strip()):
+            raise ValueError(f"{name} must be a{' non-empty' if required else ''} string")
+        if len(value) > limit:
+            raise ValueError(f"{name} must be at most {limit} characters")
+        out[name] = value
+    return out
