@@ -86,7 +86,6 @@ def _fast_password_hashing():
         yield
 
 
-
 @pytest.fixture(autouse=True)
 def _no_security_counters():
     """Counters of refused API tokens live in a cache, not the database: each test starts with

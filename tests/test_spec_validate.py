@@ -413,3 +413,30 @@ def test_avro_fields_whose_names_differ_only_in_case_are_a_field_error():
         "source", {"connection": "events", "topics": ["t"], "format": "avro", "avro_schema": record}
     )
     assert "duplicate column name" in errors_of(spec)["source.avro_schema"][0]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (
+            lambda s: s["source"].update(max_records_per_batch=10**30),
+            "source.max_records_per_batch",
+        ),
+        (
+            lambda s: s.update(restart_policy={"kind": "fixed-delay", "attempts": 10**300}),
+            "restart_policy.attempts",
+        ),
+        (
+            lambda s: s["source"].update(starting_offsets={"orders": {"0": 10**29}}),
+            "source.starting_offsets.orders.0",
+        ),
+    ],
+)
+def test_whole_numbers_beyond_a_java_long_are_refused_at_their_field(change, field):
+    """Whole numbers reach the JVM as longs (Kafka offsets, Spark options): beyond 2^63-1 a
+    spec would be stored and then fail at every start."""
+    spec = valid_spec()
+    change(spec)
+    found = errors_of(spec)
+    assert field in found, found
+    assert "at most 9223372036854775807" in found[field][0] or "2^63-1" in found[field][0]

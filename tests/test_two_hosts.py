@@ -213,6 +213,17 @@ def test_two_hosts_share_the_fleet_and_one_survives_the_other(stack, kafka_boots
         assert response.status_code == 201, response.text
     load = Load(kafka_bootstrap, topic, rate=100)
     try:
+        # Both hosts heard first: a worker slow to start on a busy machine is not yet a host
+        # the coordinator can place on (it would place all three on A).
+        wait(
+            lambda: (
+                {h["name"] for h in stack.api("GET", "/api/hosts/").json() if h["state"] == "up"}
+                >= {"host-a", "host-b"}
+            ),
+            120,
+            "both hosts up",
+            stack,
+        )
         # Wanted running all at once: the coordinator places them in one tick, by name, each
         # on the host least loaded for its room (A takes 3, B 6): p1 on A, p2 and p3 on B.
         stack.shell(
@@ -272,7 +283,7 @@ def test_two_hosts_share_the_fleet_and_one_survives_the_other(stack, kafka_boots
         driver_log = Path(survivor_dir, "driver.log").read_text(errors="replace")
         assert "the control plane refused this run (409)" in driver_log
 
-        time.sleep(5)
+        time.sleep(2)  # records after the hand-over too
         produced, load = load.stop(), None
         for name in NAMES:
             wait(

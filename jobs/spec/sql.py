@@ -7,6 +7,10 @@ when the pipeline is saved, using sqlglot's Spark dialect instead of a Spark ses
 
 The checks, in order, each raising SQLError with a message meant to be shown verbatim:
 
+0. Spark reads the text as sqlglot does (see "Reading the text as Spark does" below): no
+   ``${...}`` (Spark substitutes variables into the text first), and sqlglot's tokens are
+   the tokens of a port of Spark's lexer (comments, hints, strings, back-quoted names end in
+   the same places), else the query is refused where they differ.
 1. No script transform (``TRANSFORM`` / ``MAP`` / ``REDUCE ... USING '<command>'``, which
    runs a shell command) and no ``IDENTIFIER(...)`` (a table or function named by a string),
    told from the tokens alone, so that even forms sqlglot cannot parse are refused.
@@ -18,9 +22,12 @@ The checks, in order, each raising SQLError with a message meant to be shown ver
    take no calls at all); qualified names (``system.builtin.reflect``) are refused. A bare
    ``user`` / ``current_user`` / ``session_user`` is Spark's function revealing the OS user
    unless it is a column of the SELECT's own sources, and is refused then.
-5. Every table it reads, apart from its own CTEs, is the source view (names compare
-   case-insensitively, like Spark's). Table-valued generator functions (``range``,
-   ``explode``, ``inline``, ``stack``...) are allowed; other table functions are not.
+5. Every table it reads is the source view or one of its own CTEs in scope there, resolved
+   as Spark resolves them (see "Relations" below: pipe syntax, ``stream``, hints). Names
+   compare case-insensitively, like Spark's, ASCII names only. Table-valued generator
+   functions (``range``, ``explode``, ``inline``, ``stack``...) are allowed; other table
+   functions are not. tests/test_spec_sql_relations_match_spark.py holds this to Spark's
+   own parser.
 6. It reads the source view at least once: a query that doesn't produces a batch DataFrame,
    and ``writeStream`` refuses those.
 7. Only when ``columns`` is given: column references that certainly cannot resolve.
@@ -59,7 +66,10 @@ Differences that come from sqlglot's parser rather than from these checks:
   nested variant paths (``v:a.b``). ``window(...)`` as a function call is handled here.
 
 Stricter than Spark on purpose: rules 1, 3, 4 and 6 (Spark happily runs ``SELECT 1``,
-``SHOW TABLES`` or ``reflect(...)``, but none is a streaming transform an editor may write).
+``SHOW TABLES`` or ``reflect(...)``, but none is a streaming transform an editor may write),
+and rules 0 and 5 where the check cannot be sure of Spark's reading: a ``--`` comment ending
+in a backslash, a table named ``stream``, ``WITH t AS (...) FROM t |> ...`` are refused although
+Spark would read only the view (tests/test_spec_sql_relations.py lists such cases).
 
 Everything here is plain Python plus sqlglot: no Django, no Celery, no PySpark.
 """
@@ -70,6 +80,7 @@ import contextlib
 import difflib
 import itertools
 import re
+import string
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
@@ -81,7 +92,7 @@ from sqlglot.tokens import Token, TokenType
 
 from .functions import ALLOWED, GRAMMAR_FUNCTIONS, REFUSED
 
-__all__ = ["SQLError", "check_transform_sql"]
+__all__ = ["SQLError", "check_transform_sql", "output_columns"]
 
 
 class SQLError(ValueError):
@@ -96,6 +107,7 @@ def check_transform_sql(
     ``columns``, the source view's column names, enables the (conservative) check of column
     references described in the module docstring.
     """
+    _check_variable_substitution(sql)
     statements = _parse(sql, source_view)
     if not statements:
         raise SQLError(
@@ -113,18 +125,37 @@ def check_transform_sql(
             f"transform SQL must be a query (SELECT ...), not {_statement_kind(statement)}"
         )
     _check_calls(sql, source_view)
+    pipes = any(token.token_type == TokenType.PIPE_GT for token in _DIALECT.tokenize(sql))
     checker = _Checker(sql, source_view, columns)
     try:
+        reads_view = _Relations(sql, source_view, pipes).check(statement)
         checker.query(statement, {}, None)
-        checker.check_remaining_tables(statement)
         checker.check_remaining_os_user_names(statement)
     except RecursionError:
         raise SQLError("transform SQL is nested too deeply") from None
-    if not checker.reads_view:
+    if not reads_view:
         raise SQLError(
             f"transform never reads the view '{source_view}'; a streaming transform must select "
             f"FROM {source_view}"
         )
+
+
+def output_columns(
+    sql: str, *, source_view: str = "source", columns: Sequence[str] | None = None
+) -> frozenset[str] | None:
+    """The names (lower case) of the columns a transform outputs, as Spark names them, from
+    the SQL and the source view's ``columns``: None where they cannot all be known without
+    Spark (``*`` over unknown columns, a generator, VALUES...). Every plain name is listed;
+    computed columns without an alias are named after their SQL text (``upper(id)``), which
+    a marker in the set stands for: pass the set on as ``columns`` of check_expression to
+    check an expression over the output. For SQL check_transform_sql accepts."""
+    try:
+        statements = _parse(sql, source_view)
+        if len(statements) != 1:
+            return None
+        return _Checker(sql, source_view, columns).query(statements[0], {}, None)
+    except (SQLError, RecursionError):
+        return None
 
 
 _EXPRESSION_ALIAS = "_cp_expression"
@@ -182,6 +213,8 @@ def _parse(sql: str, source_view: str = "source") -> list[exp.Expr]:
     except TokenError as e:
         raise SQLError(_token_error_message(sql, e)) from None
     _check_tokens(sql, tokens)
+    if not _reads_a_command(tokens):  # a command is refused whatever its text says
+        _check_same_tokens(sql, tokens)  # what follows judges sqlglot's reading: Spark's too
     _treat_keyword_calls_as_functions(tokens)
     try:
         parsed = _DIALECT.parser(error_level=ErrorLevel.RAISE).parse(tokens, sql)
@@ -312,6 +345,316 @@ def _statement_kind(statement: exp.Expr) -> str:
 
 def _article(word: str) -> str:
     return "an" if word[:1] in "AEIO" or word.startswith(("UN", "UP")) else "a"
+
+
+# --------------------------------------------------------------------------------------------
+# Reading the text as Spark does
+#
+# Every check here judges sqlglot's reading of the text, and Spark runs the text through its
+# own lexer (ANTLR, SqlBaseLexer.g4). Where the two end a comment, a string, a quoted name or
+# a hint in different places, this check sees one query and Spark runs another: a nested
+# ``/* /* */ */``, ``'\''``, ``--`` continued by a backslash, a quote inside a hint... could
+# turn ``FROM source`` here into ``FROM other`` there. So the text is also cut the way Spark's
+# lexer cuts it (_spark_tokens: a port of its rules for whitespace, comments, hints, strings,
+# back-quoted names, words and numbers), and the query is refused unless sqlglot's tokens are
+# the same tokens (_check_same_tokens); tests/test_spec_sql_relations_match_spark.py compares
+# the port with Spark's own lexer. What the port does not model is refused outright: Spark's
+# ${...} variable substitution (done on the text before lexing), a -- comment continued onto
+# the next line by a trailing backslash, characters outside printable ASCII in the code (Spark
+# reads \u00a0 and other Unicode spaces as whitespace, sqlglot as part of a name), URI-like
+# names (scheme://...), '@' (a table version) and '$' ($$ opens a code literal that runs to
+# the next $$).
+
+# Spark's ConfigReader pattern: ${env:HOME}, ${system:user.name}, ${spark.app.name}...
+_SPARK_VARIABLE = re.compile(r"\$\{(?:\w+?:)?\S+?\}")
+_CODE_SPACE = frozenset(" \t\r\n")
+_WORD_CHARS = frozenset(string.ascii_letters + string.digits + "_")
+_DIGIT_CHARS = frozenset(string.digits)
+
+
+@dataclass(frozen=True)
+class _SparkToken:
+    """One token as Spark's lexer cuts it; comments and whitespace are not tokens."""
+
+    kind: str  # "word" (name, keyword, number), "string", "quoted", "symbol", "hint", "end"
+    start: int
+    end: int  # exclusive
+
+
+def _check_variable_substitution(sql: str) -> None:
+    match = _SPARK_VARIABLE.search(sql)
+    if match:
+        line, column = _line_and_column(sql, match.start())
+        raise SQLError(
+            f"transform uses '{match.group()}' at line {line}, column {column}, which Spark "
+            "replaces before it reads the query (variable substitution: it can read the "
+            "job's environment variables and settings); write '$' and '{' apart, e.g. "
+            "concat('$', '{x}')"
+        )
+
+
+def _spark_tokens(sql: str) -> list[_SparkToken]:
+    """The tokens of ``sql`` as Spark's lexer cuts them, or SQLError for what it doesn't model."""
+    tokens: list[_SparkToken] = []
+    i, n = 0, len(sql)
+    while i < n:
+        char = sql[i]
+        if char in _CODE_SPACE:
+            i += 1
+        elif sql.startswith("--", i):
+            end = i + 2
+            while end < n and sql[end] not in "\r\n":
+                end += 1
+            if end < n and sql[end] == "\n" and end - 1 >= i + 2 and sql[end - 1] == "\\":
+                line, _ = _line_and_column(sql, i)
+                raise SQLError(
+                    f"transform has a -- comment at line {line} that ends with a backslash, "
+                    "which makes Spark read the next line as part of the comment; remove the "
+                    "backslash"
+                )
+            i = end
+        elif sql.startswith("/*+", i):  # Spark reads what follows as tokens up to */
+            tokens.append(_SparkToken("hint", i, i + 3))
+            i += 3
+        elif sql.startswith("/*", i):
+            i = _spark_comment_end(sql, i)
+        elif sql.startswith("*/", i):
+            tokens.append(_SparkToken("end", i, i + 2))
+            i += 2
+        elif char in "'\"":
+            end = _spark_literal_end(sql, i, "string", backslash=True)
+            tokens.append(_SparkToken("string", i, end))
+            i = end
+        elif char == "`":
+            end = _spark_literal_end(sql, i, "back-quoted name", backslash=False)
+            tokens.append(_SparkToken("quoted", i, end))
+            i = end
+        elif char in "rR" and i + 1 < n and sql[i + 1] in "'\"" and sql.find(sql[i + 1], i + 2) > 0:
+            end = sql.find(sql[i + 1], i + 2) + 1  # a raw string: no escapes
+            tokens.append(_SparkToken("string", i, end))
+            i = end
+        elif char in _WORD_CHARS or char == ".":
+            end = _spark_word_end(sql, i)
+            if end == i:  # a '.' that starts no number
+                tokens.append(_SparkToken("symbol", i, i + 1))
+                i += 1
+            else:
+                tokens.append(_SparkToken("word", i, end))
+                i = end
+        elif " " < char < "\x7f" and char not in "@$":
+            tokens.append(_SparkToken("symbol", i, i + 1))
+            i += 1
+        else:
+            line, column = _line_and_column(sql, i)
+            what = f"'{char}'" if char in "@$" else f"the character U+{ord(char):04X}"
+            raise SQLError(
+                f"transform has {what} at line {line}, column {column}, outside any string, "
+                "back-quoted name or comment, where Spark and this check could read it "
+                "differently; outside those only ASCII letters, digits, punctuation, spaces, "
+                "tabs and line breaks are allowed"
+            )
+    return tokens
+
+
+def _spark_comment_end(sql: str, start: int) -> int:
+    """The end of the /* comment at ``start``: Spark nests them, and /*+ opens no comment."""
+    depth, i, n = 1, start + 2, len(sql)
+    while i < n:
+        if sql.startswith("*/", i):
+            depth -= 1
+            i += 2
+            if not depth:
+                return i
+        elif sql.startswith("/*", i) and not sql.startswith("/*+", i):
+            depth += 1
+            i += 2
+        else:
+            i += 1
+    line, column = _line_and_column(sql, start)
+    raise SQLError(f"comment opened with '/*' at line {line}, column {column} is never closed")
+
+
+def _spark_literal_end(sql: str, start: int, what: str, *, backslash: bool) -> int:
+    """The end of the string or back-quoted name at ``start``: a doubled quote stays inside
+    (Spark 4 reads 'it''s' as one string), and a backslash escapes in a string."""
+    quote, i, n = sql[start], start + 1, len(sql)
+    while i < n:
+        if backslash and sql[i] == "\\":
+            i += 2
+        elif sql[i] == quote:
+            if sql[i + 1 : i + 2] != quote:
+                return i + 1
+            i += 2
+        else:
+            i += 1
+    line, column = _line_and_column(sql, start)
+    raise SQLError(f"unterminated {what} starting at line {line}, column {column}")
+
+
+def _spark_word_end(sql: str, start: int) -> int:
+    """The end of the name, keyword or number at ``start``: Spark's longest match."""
+    n = len(sql)
+    end = start
+    while end < n and sql[end] in _WORD_CHARS:
+        end += 1
+    if end > start and sql[start:end].isalpha() and sql.startswith("://", end):
+        line, column = _line_and_column(sql, start)
+        raise SQLError(
+            f"transform has '{sql[start:end]}://' at line {line}, column {column}, which Spark "
+            "reads as a path; write paths in strings"
+        )
+    return max(end, _spark_number_end(sql, start))
+
+
+def _spark_number_end(sql: str, start: int) -> int:
+    """The end of the longest numeric literal at ``start`` (``start`` if none), after
+    SqlBaseLexer.g4: INTEGER_VALUE, BIGINT_LITERAL (1L)... EXPONENT_VALUE (1E3), DECIMAL_VALUE
+    (1.5, .5), FLOAT / DOUBLE / BIGDECIMAL_LITERAL (1F, 1.5D, 2BD), where a form with a
+    decimal point must not be followed by a letter, digit or '_' (isValidDecimal)."""
+    n = len(sql)
+
+    def digits(i: int) -> int:
+        while i < n and sql[i] in _DIGIT_CHARS:
+            i += 1
+        return i
+
+    def exponent(i: int) -> int | None:
+        if i < n and sql[i] in "eE":
+            j = i + 1 + (sql[i + 1 : i + 2] in ("+", "-"))
+            end = digits(j)
+            if end > j:
+                return end
+        return None
+
+    def suffixes(i: int) -> list[int]:
+        ends = [i + 1] if sql[i : i + 1] in ("f", "F", "d", "D") else []
+        return ends + ([i + 2] if sql[i : i + 2].upper() == "BD" else [])
+
+    def valid(i: int) -> bool:
+        return i >= n or sql[i] not in _WORD_CHARS
+
+    best = start
+    integer = digits(start)
+    if integer > start:
+        best = integer + (sql[integer : integer + 1] in ("l", "L", "s", "S", "y", "Y"))
+        power = exponent(integer)
+        for base in [integer] if power is None else [integer, power]:
+            best = max(best, base, *suffixes(base))
+    if sql[integer : integer + 1] == ".":
+        decimal = digits(integer + 1)
+        if decimal > integer + 1 or integer > start:
+            power = exponent(decimal)
+            ends = [decimal] if power is None else [decimal, power]
+            ends += [end for base in list(ends) for end in suffixes(base)]
+            best = max([best, *(end for end in ends if valid(end))])
+    return best
+
+
+def _check_same_tokens(sql: str, tokens: list[Token]) -> None:
+    """Refuse ``sql`` unless sqlglot's ``tokens`` are the tokens Spark's lexer reads."""
+    spark = _spark_tokens(sql)
+    _match_tokens(sql, spark, _token_spans(sql, tokens, 0))
+
+
+def _reads_a_command(tokens: list[Token]) -> bool:
+    """Whether sqlglot read a statement as a command (SHOW ..., EXECUTE ...), its text after
+    the first word as one string: the statement becomes an exp.Command, which is refused."""
+    tokenizer = _DIALECT.tokenizer_class
+    return any(
+        token.token_type in tokenizer.COMMANDS
+        and (i == 0 or tokens[i - 1].token_type in tokenizer.COMMAND_PREFIX_TOKENS)
+        for i, token in enumerate(tokens)
+    )
+
+
+def _token_spans(sql: str, tokens: list[Token], offset: int) -> list[tuple[int, int, TokenType]]:
+    """(start, end, type) of each of sqlglot's tokens, in ``sql``'s positions."""
+    spans: list[tuple[int, int, TokenType]] = []
+    for token in tokens:
+        span = (token.start + offset, token.end + 1 + offset, token.token_type)
+        if spans and spans[-1][:2] == span[:2]:  # 1BD: a number and its type, on one text
+            continue
+        # sqlglot reads .5 as '.' and 5, Spark as one number (unless it follows a name: t.5).
+        if (
+            spans
+            and span[2] == TokenType.NUMBER
+            and spans[-1][2] == TokenType.DOT
+            and spans[-1][1] == span[0]
+            and sql[spans[-1][0] - 1 : spans[-1][0]] not in _WORD_CHARS | {")", "]", "`"}
+        ):
+            spans[-1] = (spans[-1][0], span[1], TokenType.NUMBER)
+            continue
+        spans.append(span)
+    return spans
+
+
+def _match_tokens(
+    sql: str, spark: list[_SparkToken], spans: list[tuple[int, int, TokenType]]
+) -> None:
+    """Each of sqlglot's tokens must be one or more of Spark's whole tokens (several only
+    where only spaces or nothing but operator characters separate them: GROUP BY, >=), or
+    several of sqlglot's strings one of Spark's ('it''s'), and together they must cover every
+    one of Spark's tokens."""
+    first_at = {token.start: index for index, token in enumerate(spark)}
+    last_at = {token.end: index for index, token in enumerate(spark)}
+    covered = [False] * len(spark)
+    index = 0
+    while index < len(spans):
+        start, end, token_type = spans[index]
+        index += 1
+        first = first_at.get(start)
+        # 'it''s': one string for Spark, two adjacent ones for sqlglot.
+        while (
+            first is not None
+            and spark[first].kind == "string"
+            and end < spark[first].end
+            and index < len(spans)
+            and spans[index][0] == end
+            and spans[index][2] in _STRING_TOKENS
+        ):
+            end = spans[index][1]
+            index += 1
+        last = last_at.get(end)
+        if first is None or last is None or last < first or any(covered[first : last + 1]):
+            raise _read_differently(sql, start)
+        covered[first : last + 1] = [True] * (last - first + 1)
+        if token_type == TokenType.HINT:
+            if spark[first].kind != "hint" or spark[last].kind != "end" or first == last:
+                raise _read_differently(sql, start)
+            inner_start, inner_end = spark[first].end, spark[last].start
+            try:
+                inner = _DIALECT.tokenize(sql[inner_start:inner_end])
+            except TokenError:
+                raise _read_differently(sql, start) from None
+            _match_tokens(sql, spark[first + 1 : last], _token_spans(sql, inner, inner_start))
+            continue
+        for left, right in itertools.pairwise(spark[first : last + 1]):
+            gap = sql[left.end : right.start]
+            adjacent_operators = not gap and left.kind == right.kind == "symbol"
+            hex_string = (  # X'01': Spark's X, then a string
+                not gap
+                and token_type == TokenType.HEX_STRING
+                and sql[left.start : left.end] in ("x", "X")
+                and right.kind == "string"
+            )
+            if not (adjacent_operators or hex_string or (gap and gap.isspace())):
+                raise _read_differently(sql, start)
+        if any(token.kind in ("hint", "end") for token in spark[first : last + 1]):
+            raise _read_differently(sql, start)
+    for token, seen in zip(spark, covered, strict=True):
+        if not seen:
+            raise _read_differently(sql, token.start)
+
+
+def _read_differently(sql: str, offset: int) -> SQLError:
+    line, column = _line_and_column(sql, offset)
+    near = sql[offset : offset + 20].split("\n")[0]
+    return SQLError(
+        f"transform SQL at line {line}, column {column} (near '{near}') could be read "
+        "differently by Spark than by this check: a comment, string, back-quoted name or "
+        "hint ends in a different place for each, or a hint is not right after SELECT; "
+        "write that part more plainly"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -656,6 +999,142 @@ def _check_hint(hint: exp.Hint) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# Relations
+#
+# Every relation the query names must be the source view or one of the query's own CTEs in
+# scope where it is named, as Spark resolves them (the innermost CTE of that name; a CTE sees
+# the CTEs defined before it in its WITH, not itself). Two ways sqlglot's tree can differ from
+# Spark's reading are closed here:
+#
+# * sqlglot rewrites pipe syntax (``FROM source |> WHERE ... |> AS t``) into CTEs with names
+#   of its own (__tmp1) or of the user's (t), where Spark has no such names: a table named t
+#   or __tmp1 in that query is a real table for Spark. So names sqlglot made up (not written
+#   at their place in the text) resolve only to CTEs, and in a query with |> a written name
+#   must be the view itself.
+# * Spark's grammar reads ``FROM stream other`` as the table other read as a stream, and
+#   ``FROM lateral other`` as the table other; sqlglot reads the table (or CTE) "stream" or
+#   "lateral" aliased other. An unquoted table name that is such a keyword is refused (the
+#   Spark test tries every keyword of Spark's lexer in that place).
+
+_RELATION_KEYWORDS = frozenset({"stream", "lateral"})
+
+
+def _same_name(a: str, b: str) -> bool:
+    """Spark compares names ignoring case (Java's rules); ASCII names only, where Python's
+    lower() surely agrees with it: a non-ASCII name never names the view or a CTE here."""
+    return a.isascii() and b.isascii() and a.lower() == b.lower()
+
+
+class _Relations:
+    """Checks every relation a parsed query names (see above)."""
+
+    def __init__(self, sql: str, source_view: str, pipes: bool) -> None:
+        self.sql = sql
+        self.view = source_view
+        self.pipes = pipes
+        self.reads_view = False
+
+    def check(self, statement: exp.Expr) -> bool:
+        """Raise SQLError for any relation but the view and CTEs; whether the view is read."""
+        for with_ in statement.find_all(exp.With):
+            if with_.args.get("recursive"):
+                raise SQLError("transform uses WITH RECURSIVE, which a streaming query can't run")
+        for hint in statement.find_all(exp.Hint):
+            if hint.find(exp.Query, exp.Subquery) is not None:
+                raise SQLError(
+                    "transform has a query inside a hint (/*+ ... */), which is not allowed: "
+                    "hints take only names, numbers and column names"
+                )
+        for node in statement.walk(prune=lambda n: isinstance(n, exp.Hint)):
+            if isinstance(node, exp.Table):
+                self.table(node)
+        return self.reads_view
+
+    def written(self, identifier: exp.Expr) -> bool:
+        """Whether ``identifier`` is written at the place sqlglot recorded for it."""
+        start, end = identifier.meta.get("start"), identifier.meta.get("end")
+        if not isinstance(identifier, exp.Identifier) or not isinstance(start, int):
+            return False
+        text = self.sql[start : end + 1] if isinstance(end, int) else ""
+        name = identifier.this
+        return text == ("`" + name.replace("`", "``") + "`" if identifier.quoted else name)
+
+    def table(self, table: exp.Table) -> None:
+        if isinstance(table.this, exp.Func):  # FROM range(10): _check_calls judges the call
+            function = table.this
+            name = function.name if isinstance(function, exp.Anonymous) else function.sql_name()
+            qualifier = [table.args.get(key) for key in ("catalog", "db")]
+            name = ".".join([*(part.name for part in qualifier if part), name])  # a.f: no built-in
+            if name.lower() not in _GENERATOR_FUNCTIONS:
+                raise SQLError(
+                    f"transform calls the table function '{name.lower()}'; it may only read "
+                    f"the view '{self.view}'"
+                )
+            return
+        parts = table.parts
+        if not parts or not all(isinstance(part, exp.Identifier) for part in parts):
+            raise SQLError(
+                f"transform reads the table '{table.sql(dialect='spark')}', named in a way "
+                f"this check cannot follow; it may only read the view '{self.view}'"
+            )
+        first = parts[0]
+        if not first.quoted and first.name.lower() in _RELATION_KEYWORDS:
+            raise SQLError(
+                f"transform reads a table named '{first.name}' {self._at(first)}, a word Spark "
+                f"reads as the keyword {first.name.upper()} there; back-quote the name of a "
+                f"CTE (`{first.name}`) or read the view '{self.view}'"
+            )
+        written = self.written(parts[-1])
+        if len(parts) == 1:
+            cte = self.cte_in_scope(table, parts[0].name)
+            if cte is not None and not (written and (self.pipes or not self.written(cte))):
+                return
+        qualifier = [part.name.lower() if part.name.isascii() else "" for part in parts[:-1]]
+        if _same_name(parts[-1].name, self.view) and qualifier in _TEMP_VIEW_QUALIFIERS:
+            self.reads_view = True
+            return
+        if written and self.pipes and len(parts) == 1 and self.cte_in_scope(table, first.name):
+            raise SQLError(
+                f"transform reads '{first.name}' {self._at(first)} in a query with |>, where "
+                f"Spark reads it as a table, not as the query's own name; read the view "
+                f"'{self.view}' itself there"
+            )
+        raise SQLError(
+            f"transform reads table '{_table_name(table)}'; only the view '{self.view}' is "
+            "available"
+        )
+
+    def cte_in_scope(self, node: exp.Expr, name: str) -> exp.Identifier | None:
+        """The name of the innermost CTE called ``name`` visible from ``node``, if any."""
+        child, parent = node, node.parent
+        passed: exp.With | None = None  # the WITH ``node`` is inside a CTE of
+        while parent is not None:
+            ctes: list[exp.Expr] = []
+            if isinstance(parent, exp.With):
+                position = next((i for i, c in enumerate(parent.expressions) if c is child), 0)
+                ctes, passed = parent.expressions[:position], parent
+            elif (
+                isinstance(parent.args.get("with_"), exp.With)
+                and parent.args["with_"] is not passed
+            ):
+                ctes = parent.args["with_"].expressions
+            for cte in reversed(ctes):
+                alias = cte.args.get("alias")
+                identifier = alias.this if isinstance(alias, exp.TableAlias) else None
+                if isinstance(identifier, exp.Identifier) and _same_name(identifier.name, name):
+                    return identifier
+            child, parent = parent, parent.parent
+        return None
+
+    def _at(self, identifier: exp.Identifier) -> str:
+        start = identifier.meta.get("start")
+        if not isinstance(start, int) or not self.written(identifier):
+            return "in the transform"
+        line, column = _line_and_column(self.sql, start)
+        return f"at line {line}, column {column}"
+
+
+# --------------------------------------------------------------------------------------------
 # Tables and columns
 
 # Table-valued functions that only generate rows from their arguments: harmless in a transform.
@@ -791,8 +1270,6 @@ class _Checker:
         self.columns: _Names = None if columns is None else frozenset(c.lower() for c in columns)
         self.check_columns = columns is not None
         self.reads_view = False
-        self.seen_tables: set[int] = set()
-        self.cte_names: set[str] = set()
         self.os_user_checked: set[int] = set()
 
     # -- queries -----------------------------------------------------------------------------
@@ -824,7 +1301,6 @@ class _Checker:
         ctes = dict(ctes)
         for cte in with_.expressions:
             name = cte.alias_or_name.lower()
-            self.cte_names.add(name)
             if with_.args.get("recursive"):
                 ctes[name] = None
             names = self.query(cte.this, ctes, outer)
@@ -899,7 +1375,6 @@ class _Checker:
         alias = item.alias
         names: _Names = None
         if isinstance(item, exp.Table):
-            self.seen_tables.add(id(item))
             alias = alias or item.name
             if isinstance(item.this, exp.Func):
                 self.table_function(item.this)
@@ -936,17 +1411,6 @@ class _Checker:
                 f"transform calls the table function '{name.lower()}'; it may only read the "
                 f"view '{self.view}'"
             )
-
-    def check_remaining_tables(self, statement: exp.Expr) -> None:
-        """Check tables in places this walker doesn't model, by name only."""
-        for table in statement.find_all(exp.Table):
-            if id(table) in self.seen_tables or table.find_ancestor(exp.Hint):
-                continue
-            if isinstance(table.this, exp.Func):
-                self.table_function(table.this)
-                continue
-            if len(table.parts) > 1 or table.name.lower() not in self.cte_names:
-                self.table(table, {})
 
     def check_remaining_os_user_names(self, statement: exp.Expr) -> None:
         """Refuse ``user`` (and friends) in places this walker doesn't model."""

@@ -42,6 +42,9 @@ from .sql import (
 )
 from .streaming import stream_shape
 
+# The largest whole number a spec may hold: Java's Long.MAX_VALUE (Kafka offsets, Spark options).
+LONG_MAX = 2**63 - 1
+
 # Postgres identifiers we create and quote ourselves: lower case, no quoting surprises, < 64 bytes.
 IDENTIFIER_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 # A files sink's path under its connection's root: relative, segments that start with a letter
@@ -142,7 +145,10 @@ class Section:
         if minimum is not None and value < minimum:
             self.error(name, f"must be at least {minimum}, got {value}")
             return None
-        if maximum is not None and value > maximum:
+        # Whole numbers end up in the JVM (Kafka and Spark options are longs): never beyond
+        # a signed 64-bit integer, whatever the field's own maximum.
+        maximum = LONG_MAX if maximum is None else min(maximum, LONG_MAX)
+        if value > maximum:
             self.error(name, f"must be at most {maximum}, got {value}")
             return None
         return value
@@ -720,10 +726,14 @@ def _parse_starting_offsets(s: Section, topics: list[str] | tuple[str, ...]) -> 
         for partition, offset in partitions.items():
             if not str(partition).isdigit():
                 s.error(f"{where}.{partition}", "partition must be a number")
-            elif isinstance(offset, bool) or not isinstance(offset, int) or offset < -2:
+            elif (
+                isinstance(offset, bool)
+                or not isinstance(offset, int)
+                or not -2 <= offset <= LONG_MAX
+            ):
                 s.error(
                     f"{where}.{partition}",
-                    f"offset must be >= 0, or -2 (earliest) / -1 (latest); got {offset!r}",
+                    f"offset must be 0 to 2^63-1, or -2 (earliest) / -1 (latest); got {offset!r}",
                 )
             else:
                 out[topic][str(int(partition))] = offset
