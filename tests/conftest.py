@@ -86,6 +86,17 @@ def _fast_password_hashing():
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_spark_ui():
+    """Drivers launched by tests start without Spark's web UI (its Jetty server and event
+    listeners cost every driver start time and CPU on 2 cores, and no test looks at it;
+    test_driver_isolation checks the flag that turns it off). The setting's default stays."""
+    from django.test import override_settings
+
+    with override_settings(CONTROLPLANE_SPARK_UI_ENABLED=False):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _no_security_counters():
     """Counters of refused API tokens live in a cache, not the database: each test starts with

@@ -204,7 +204,12 @@ def test_a_worker_daemon_killed_leaves_a_shared_application_s_member_running_and
         run.refresh_from_db()
         assert (run.state, run.generation) == (RunState.RUNNING, 1)
         # Heard all along through the application's channel: its batches are known.
-        assert run.last_batch_id is not None and run.batches.count() > 10
+        # (Every batch, before and after the worker's loss: ids from 0 without a gap; how many
+        # there were depends on how fast the machine drained the load.)
+        assert run.last_batch_id is not None and run.last_batch_id >= 3
+        assert set(run.batches.values_list("batch_id", flat=True)) == set(
+            range(run.last_batch_id + 1)
+        )
         api.post("/api/pipelines/rejoined/stop/")
         tick_until(
             lambda: Pipeline.objects.get(name="rejoined").status == "stopped", 120, "the stop"

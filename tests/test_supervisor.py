@@ -72,7 +72,8 @@ def test_what_a_driver_that_died_hard_left_behind_is_killed(tmp_path):
         "time.sleep(300)"
     )
     supervise(tmp_path, sys.executable, "-c", script)
-    assert wait_for(lambda: (tmp_path / "driver.log").read_text().strip().isdigit())
+    log = tmp_path / "driver.log"  # created by the supervisor once it has started the driver
+    assert wait_for(lambda: log.exists() and log.read_text().strip().isdigit())
     orphan = int((tmp_path / "driver.log").read_text())
     driver = json.loads((tmp_path / "driver.json").read_text())["pid"]
     os.kill(driver, signal.SIGKILL)
