@@ -45,10 +45,20 @@ def group_offsets(bootstrap: str, group: str) -> dict:
 
 
 def test_start_runs_a_driver_and_stop_ends_it_gracefully_and_it_resumes(
-    api, kafka_connection, postgres_connection, kafka_bootstrap, sink_dsn, job_dirs, monkeypatch
+    api,
+    kafka_connection,
+    postgres_connection,
+    kafka_bootstrap,
+    sink_dsn,
+    job_dirs,
+    monkeypatch,
+    settings,
 ):
     # The worker's secrets, which the driver must not inherit (checked below).
     plant_secrets(monkeypatch)
+    # Spark's UI as in production (tests' other drivers start without it): where it listens
+    # is checked below.
+    settings.CONTROLPLANE_SPARK_UI_ENABLED = True
     # Kafka keeps a group's offsets (on disk, across runs): a group of this run's own.
     group = f"e2e-lag-tools-{uuid.uuid4().hex[:8]}"
     topic, table = new_pipeline(api, kafka_bootstrap, "e2e", source={"consumer_group": group})
