@@ -247,16 +247,10 @@ def receiver():
 @pytest.fixture
 def running(pipeline):
     """The pipeline with a current run (generation 1) whose driver holds token 'tok-1'."""
-    from controlplane.accounts.models import digest
-    from controlplane.definitions.models import Pipeline, Run
+    from controlplane.definitions.models import Pipeline
+    from tests.runs import with_current_run
 
-    row = Pipeline.objects.get(name="orders")
-    Pipeline.objects.filter(pk=row.pk).update(
-        generation=1, desired_state="running", status="running"
-    )
-    return Run.objects.create(
-        pipeline=row, generation=1, spec_version=1, state="running", token_digest=digest("tok-1")
-    )
+    return with_current_run(Pipeline.objects.get(name="orders"))
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from pathlib import Path
 import psycopg
 from django.utils import timezone
 
+from controlplane.accounts.models import digest
 from controlplane.definitions.models import Pipeline, Run, RunState, SparkApplication
 from controlplane.supervision import reconciler
 from tests.kafka_helpers import new_topic
@@ -177,3 +178,19 @@ def sink_rows(sink_dsn: str, table: str) -> dict[str, int]:
             return dict(conn.execute(f'SELECT id, n FROM "{table}"').fetchall())
     except psycopg.errors.UndefinedTable:
         return {}
+
+
+def with_current_run(row: Pipeline, **fields) -> Run:
+    """`row` wanted and seen running, with a current run (generation 1) whose driver holds
+    token 'tok-1'; `fields` set more of the run (started_at, last_heartbeat_at, ...)."""
+    Pipeline.objects.filter(pk=row.pk).update(
+        generation=1, desired_state="running", status="running"
+    )
+    return Run.objects.create(
+        pipeline=row,
+        generation=1,
+        spec_version=1,
+        state="running",
+        token_digest=digest("tok-1"),
+        **fields,
+    )

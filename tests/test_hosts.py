@@ -14,11 +14,10 @@ import psutil
 import pytest
 from django.utils import timezone
 
-from controlplane.accounts.models import digest
 from controlplane.definitions.models import Host, Pipeline, Run, SparkApplication
 from controlplane.supervision import attention, capacity, hosts, launcher, reconciler
 from tests.clients import driver
-from tests.runs import orders, step
+from tests.runs import orders, step, with_current_run
 from tests.waiting import wait_for
 
 T = timezone.now()
@@ -92,16 +91,8 @@ def on_b(running):
 
 @pytest.fixture
 def running(pipeline):
-    row = Pipeline.objects.get(name="orders")
-    Pipeline.objects.filter(pk=row.pk).update(
-        generation=1, desired_state="running", status="running"
-    )
-    return Run.objects.create(
-        pipeline=row,
-        generation=1,
-        spec_version=1,
-        state="running",
-        token_digest=digest("tok-1"),
+    return with_current_run(
+        Pipeline.objects.get(name="orders"),
         started_at=timezone.now(),
         last_heartbeat_at=timezone.now(),
     )

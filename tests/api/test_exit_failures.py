@@ -19,12 +19,11 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from controlplane.accounts.models import digest
 from controlplane.definitions.models import Pipeline, Run
 from controlplane.supervision import reconciler
 from jobs import failures
 from tests.factories import valid_spec
-from tests.runs import orders, start, step
+from tests.runs import orders, start, step, with_current_run
 from tests.waiting import wait_until
 
 REASON = (
@@ -62,17 +61,7 @@ def running(api, kafka_connection, postgres_connection):
     assert created.status_code == 201, created.json()
     row = Pipeline.objects.get(name="orders")
     assert row.spec["restart_policy"]["kind"] == "exponential-delay"
-    Pipeline.objects.filter(pk=row.pk).update(
-        generation=1, desired_state="running", status="running"
-    )
-    return Run.objects.create(
-        pipeline=row,
-        generation=1,
-        spec_version=1,
-        state="running",
-        token_digest=digest("tok-1"),
-        started_at=timezone.now(),
-    )
+    return with_current_run(row, started_at=timezone.now())
 
 
 def exit_report(run: Run, **body):
