@@ -348,9 +348,31 @@ LOGGING = {
 }
 
 # Spark jobs. Checkpoints are kept across runs (one directory per pipeline): deleting one
-# makes the next run start from the spec's starting_offsets.
-CONTROLPLANE_CHECKPOINT_ROOT = Path(
-    env_str("CONTROLPLANE_CHECKPOINT_ROOT", str(VAR_DIR / "checkpoints"))
+# makes the next run start from the spec's starting_offsets. A local path (every host that
+# runs drivers must see the same one), or a URI on a distributed file system:
+# hdfs://namenode:8020/path or s3a://bucket/path (controlplane/definitions/checkpoints.py
+# reaches them; docs/deployment.md).
+_checkpoint_root = env_str("CONTROLPLANE_CHECKPOINT_ROOT", str(VAR_DIR / "checkpoints"))
+CONTROLPLANE_CHECKPOINT_ROOT = (
+    _checkpoint_root.rstrip("/") if "://" in _checkpoint_root else Path(_checkpoint_root)
+)
+# HDFS, read by the control plane over WebHDFS: the NameNode's HTTP address (host:port) and
+# the user it acts as (simple authentication; the OS user by default). Drivers reach HDFS with
+# Hadoop's own client (the URI's host and port, HADOOP_CONF_DIR for anything more).
+CONTROLPLANE_HDFS_HTTP_ADDRESS = env_str("CONTROLPLANE_HDFS_HTTP_ADDRESS")
+CONTROLPLANE_HDFS_USER = env_str("CONTROLPLANE_HDFS_USER")
+# S3 (or an S3-compatible store): the endpoint (unset: AWS's), region, path-style addressing
+# and the keys, which the control plane and drivers use for s3a:// checkpoints and files
+# roots. The keys are secrets: they reach drivers only in their 0600 run files.
+CONTROLPLANE_S3_ENDPOINT = env_str("CONTROLPLANE_S3_ENDPOINT")
+CONTROLPLANE_S3_REGION = env_str("CONTROLPLANE_S3_REGION", "us-east-1")
+CONTROLPLANE_S3_PATH_STYLE = env_bool("CONTROLPLANE_S3_PATH_STYLE", True)
+CONTROLPLANE_S3_ACCESS_KEY = env_str("CONTROLPLANE_S3_ACCESS_KEY")
+CONTROLPLANE_S3_SECRET_KEY = env_str("CONTROLPLANE_S3_SECRET_KEY")
+# Every request the control plane makes to HDFS or S3 gives up after this long (connect and
+# read each): a slow NameNode never hangs a page, an API call or a reconcile tick.
+CONTROLPLANE_STORAGE_TIMEOUT_SECONDS = env_float(
+    "CONTROLPLANE_STORAGE_TIMEOUT_SECONDS", 10.0, minimum=0.5
 )
 # Restore points (copies of checkpoints) live under the checkpoint root, so that their files
 # can share data with the checkpoint's through hard links: `<root>/_restore_points/<pipeline>/`.

@@ -1,6 +1,10 @@
 """Reading a Structured Streaming checkpoint directory: the truth about what a query has
 committed, even while its driver is dead. Plain Python, no Spark, no Django.
 
+Every read and write goes through a jobs.storage.Storage: the checkpoint may be on the local
+disk, HDFS or S3 (`store`; by default the one its location names, with default settings,
+which serves local paths).
+
 Layout (Spark 3.x/4.x): `metadata` holds the query id; `offsets/N` is the write-ahead log of
 batch N (`v1`, the batch's metadata, then one line of offsets JSON per source), written
 before the batch runs; `commits/N` is written once batch N is committed. So:
@@ -14,18 +18,16 @@ before the batch runs; `commits/N` is written once batch N is committed. So:
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import re
-import shutil
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
+from datetime import datetime
 
 from jobs.kafka import readers
 from jobs.kafka.offsets import flatten
+from jobs.storage import Entry, Storage, basename, join, parent, storage_for
 
 
 @dataclass(frozen=True)
@@ -86,94 +88,115 @@ class Checkpoint:
 
 
 def read_checkpoint(
-    path: str | Path, *, history: int = 20, sizes: bool = True
+    path: str | os.PathLike,
+    *,
+    history: int = 20,
+    sizes: bool = True,
+    store: Storage | None = None,
 ) -> Checkpoint | None:
-    """The checkpoint at `path`, or None if there is none (never started, or unreachable).
-    Without `sizes`, its size on disk is not measured (a walk of every file: None)."""
-    root = Path(path)
-    if not (root / "offsets").is_dir():
+    """The checkpoint at `path`, or None if there is none (never started). Without `sizes`,
+    its size is not measured (a walk of every file: None). A store that cannot be reached
+    raises jobs.storage.StorageError."""
+    root = os.fspath(path)
+    store = store or storage_for(root)
+    planned = _batch_files(store, join(root, "offsets"))
+    if planned is None:
         return None
     query_id = None
-    with contextlib.suppress(OSError, ValueError):
-        query_id = json.loads((root / "metadata").read_text()).get("id")
-    planned = _batch_files(root / "offsets")
-    committed = _batch_files(root / "commits")
+    with contextlib.suppress(FileNotFoundError, ValueError, AttributeError):
+        query_id = json.loads(store.read_text(join(root, "metadata"))).get("id")
+    committed = _batch_files(store, join(root, "commits")) or {}
     last_id = max(committed) if committed else None
     in_flight = sorted(n for n in planned if last_id is None or n > last_id)
     batches = []
     for n in sorted(planned, reverse=True)[:history]:
-        batches.append(_batch(n, planned[n], committed.get(n)))
+        batches.append(_batch(store, n, planned[n], committed.get(n)))
     pin = None
-    with contextlib.suppress(OSError, ValueError, KeyError):
-        pin = readers.read_pin(root)
+    with contextlib.suppress(FileNotFoundError, ValueError, KeyError, TypeError):
+        pin = readers.read_pin(root, store=store)
     last = None
     if last_id is not None and last_id in planned:
-        last = _batch(last_id, planned[last_id], committed[last_id])
+        last = _batch(store, last_id, planned[last_id], committed[last_id])
     return Checkpoint(
-        path=str(root),
+        path=root,
         query_id=query_id,
         last_committed=last,
         in_flight=in_flight,
         history=batches,
-        size_bytes=_size(root) if sizes else None,
-        state_size_bytes=_size(root / "state") if sizes else None,
+        size_bytes=store.tree_size(root)[0] if sizes else None,
+        state_size_bytes=store.tree_size(join(root, "state"))[0] if sizes else None,
         reader=pin.reader if pin else None,
     )
 
 
-def _batch_files(directory: Path) -> dict[int, Path]:
-    if not directory.is_dir():
-        return {}
-    return {int(p.name): p for p in directory.iterdir() if p.name.isdigit()}
+def _batch_files(store: Storage, directory: str) -> dict[int, Entry] | None:
+    """Log entries by batch number; None if the directory does not exist."""
+    entries = store.list(directory)
+    if not entries and not store.is_dir(directory):
+        return None
+    return {int(e.name): e for e in entries if e.name.isdigit() and not e.is_dir}
 
 
-def planned_conf(root: str | Path) -> dict[str, str]:
+def planned_conf(root: str | os.PathLike, store: Storage | None = None) -> dict[str, str]:
     """The Spark settings the checkpoint's last batch was planned with (its offset log entry
     keeps those a restarted query must go on with: the state store provider, the shuffle
     partitions...); empty before the first batch."""
-    batches = _batch_files(Path(root) / "offsets")
+    root = os.fspath(root)
+    store = store or storage_for(root)
+    batches = _batch_files(store, join(root, "offsets"))
     if not batches:
         return {}
     try:
-        lines = batches[max(batches)].read_text().splitlines()
+        lines = store.read_text(batches[max(batches)].path).splitlines()
         return dict(json.loads(lines[1]).get("conf") or {}) if len(lines) > 1 else {}
-    except (OSError, ValueError, AttributeError):
+    except (FileNotFoundError, ValueError, AttributeError):
         return {}
 
 
-def _batch(n: int, offsets_file: Path, commit_file: Path | None) -> CheckpointBatch:
+def has_state(root: str | os.PathLike, store: Storage | None = None) -> bool:
+    """Whether the checkpoint keeps operator state (a stateful query has run on it)."""
+    root = os.fspath(root)
+    return (store or storage_for(root)).is_dir(join(root, "state"))
+
+
+def source_start_offsets(root: str | os.PathLike, store: Storage | None = None) -> dict:
+    """The offsets a query's Kafka source started from, as it wrote them into its checkpoint
+    at its first start (Spark's connector: `sources/0/0`, a version line then JSON, after a
+    zero byte kept for Spark 2.1), flattened; {} if there are none."""
+    root = os.fspath(root)
+    store = store or storage_for(root)
+    try:
+        data = store.read_bytes(join(root, "sources", "0", "0"))
+        lines = data.lstrip(b"\x00").decode().splitlines()
+        return flatten(json.loads(lines[1] if lines[0].startswith("v") else lines[0]))
+    except (FileNotFoundError, ValueError, IndexError, AttributeError):
+        return {}
+
+
+def _batch(
+    store: Storage, n: int, offsets_file: Entry, commit_file: Entry | None
+) -> CheckpointBatch:
     offsets: dict = {}
     try:
-        lines = offsets_file.read_text().splitlines()
+        lines = store.read_text(offsets_file.path).splitlines()
         if len(lines) >= 3 and lines[2] not in ("-", ""):
             offsets = {k: v for k, v in json.loads(lines[2]).items() if not k.startswith("$")}
-    except (OSError, ValueError):
+    except (FileNotFoundError, ValueError, AttributeError):
         pass
     watermark = None
     if commit_file is not None:
         try:
-            lines = commit_file.read_text().splitlines()
+            lines = store.read_text(commit_file.path).splitlines()
             watermark = json.loads(lines[1]).get("nextBatchWatermarkMs") if len(lines) > 1 else None
-        except (OSError, ValueError):
+        except (FileNotFoundError, ValueError, AttributeError):
             pass
     return CheckpointBatch(
         batch_id=n,
-        planned_at=_mtime(offsets_file),
-        committed_at=_mtime(commit_file) if commit_file is not None else None,
+        planned_at=offsets_file.mtime,
+        committed_at=commit_file.mtime if commit_file is not None else None,
         offsets=offsets,
         watermark_ms=watermark,
     )
-
-
-def _mtime(path: Path) -> datetime | None:
-    try:
-        return datetime.fromtimestamp(path.stat().st_mtime, tz=UTC)
-    except OSError:
-        return None
-
-
-def _size(root: Path) -> int:
-    return tree_size(root)[0]
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -183,64 +206,45 @@ def _iso(moment: datetime | None) -> str | None:
 # --- Copies of a checkpoint (restore points) --------------------------------------------------
 #
 # Every file Spark writes into a checkpoint is written once, to a temporary name, then renamed
-# into place (HDFSMetadataLog, the state stores' delta, snapshot and zip files), and never
-# changed after. So a copy can share the files' data with hard links, and a copy taken while
-# the query runs is consistent once it is cut back to the last batch committed before the copy
-# began: the files of that batch and of every batch before it were all in place by then.
+# into place (HDFSMetadataLog, the state stores' delta, snapshot and zip files; on S3 the
+# no-rename checkpoint manager makes it visible by one PUT), and never changed after. So a
+# copy can share the files' data (hard links on a local disk, server-side copies on S3, an
+# HDFS snapshot), and a copy taken while the query runs is consistent once it is cut back to
+# the last batch committed before the copy began: the files of that batch and of every batch
+# before it were all in place by then.
 
 
-def copy_committed(source: str | Path, target: str | Path) -> Checkpoint | None:
+def is_temporary(name: str) -> bool:
+    """A file still being written (Hadoop's and Spark's temporary names)."""
+    return name.endswith((".tmp", ".tmp.crc")) or ".tmp." in name
+
+
+def copy_committed(
+    source: str | os.PathLike, target: str | os.PathLike, store: Storage | None = None
+) -> Checkpoint | None:
     """Copy the checkpoint at `source` to `target` (which must not exist), as of its last
     committed batch: later batches' write-ahead entries and state versions are left out.
-    Files are hard-linked where the file system allows, else copied. None, and nothing
-    written, if `source` has no committed batch."""
-    source, target = Path(source), Path(target)
-    before = read_checkpoint(source, history=0, sizes=False)
+    None, and nothing written, if `source` has no committed batch. Where the store renames
+    (local, HDFS) the copy is made beside `target` and renamed into place; on S3 it is made
+    in place (the caller records it only once this returns)."""
+    source, target = os.fspath(source), os.fspath(target)
+    store = store or storage_for(source)
+    before = read_checkpoint(source, history=0, sizes=False, store=store)
     if before is None or before.last_committed is None:
         return None
     last = before.last_committed.batch_id
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    renames = store.scheme != "s3a"
+    partial = join(parent(target), f".{basename(target)}.partial") if renames else target
+    store.remove_tree(partial)
     try:
-        link_tree(source, partial)
-        trim_after(partial, last)
-        partial.rename(target)
+        store.copy_tree(source, partial, skip=is_temporary)
+        trim_after(partial, last, store=store)
+        if renames:
+            store.move_tree(partial, target)
     except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)  # never a half copy left behind
+        store.remove_tree(partial)  # never a half copy left behind
         raise
-    return read_checkpoint(target, history=1)
-
-
-def link_tree(source: Path, target: Path) -> None:
-    """Copy the tree at `source` to `target` (created), hard-linking the files where the file
-    system allows; temporary files are left out, files gone meanwhile are passed over."""
-    target.mkdir(mode=0o700)
-    # Files before directories, and RocksDB's shared SST files last: a snapshot (V.zip) that
-    # appears while the tree is walked then finds the SST files it refers to.
-    entries = sorted(
-        os.scandir(source),
-        key=lambda e: (e.is_dir(follow_symlinks=False), e.name == "SSTs", e.name),
-    )
-    for entry in entries:
-        if entry.name.endswith((".tmp", ".tmp.crc")) or ".tmp." in entry.name:
-            continue  # a file still being written
-        if entry.is_dir(follow_symlinks=False):
-            link_tree(Path(entry.path), target / entry.name)
-        elif entry.is_file(follow_symlinks=False):
-            try:
-                _link(Path(entry.path), target / entry.name)
-            except FileNotFoundError:
-                continue  # cleaned up by the running query meanwhile (an old batch)
-
-
-def _link(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)
-    except OSError as exc:
-        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
-            raise
-        shutil.copy2(source, target)
+    return read_checkpoint(target, history=1, store=store)
 
 
 _LOG_ENTRY = re.compile(r"^\.?(\d+)(?:\.crc)?$")  # offsets/N, commits/N and their checksums
@@ -249,54 +253,40 @@ _LOG_ENTRY = re.compile(r"^\.?(\d+)(?:\.crc)?$")  # offsets/N, commits/N and the
 _STATE_VERSION = re.compile(r"^\.?(\d+)(?:_[^.]*)?\.(?:delta|snapshot|zip|changelog)(?:\.crc)?$")
 
 
-def trim_after(root: str | Path, last_batch: int) -> None:
+def trim_after(root: str | os.PathLike, last_batch: int, store: Storage | None = None) -> None:
     """Remove from the checkpoint at `root` everything written for batches after
     `last_batch`: `offsets/N` and `commits/N` (and their checksums) for N > last_batch, and
     state store versions above last_batch + 1 (version V holds the state after batch V - 1)."""
-    root = Path(root)
+    root = os.fspath(root)
+    store = store or storage_for(root)
     for log in ("offsets", "commits"):
-        for path in _numbered(root / log, _LOG_ENTRY):
-            if path[0] > last_batch:
-                path[1].unlink(missing_ok=True)
-    for path in _numbered(root / "state", _STATE_VERSION, recursive=True):
-        if path[0] > last_batch + 1:
-            path[1].unlink(missing_ok=True)
+        for entry in store.list(join(root, log)):
+            match = _LOG_ENTRY.match(entry.name)
+            if match and not entry.is_dir and int(match.group(1)) > last_batch:
+                store.remove(entry.path)
+    for entry in store.walk(join(root, "state")):
+        match = _STATE_VERSION.match(entry.name)
+        if match and int(match.group(1)) > last_batch + 1:
+            store.remove(entry.path)
 
 
-def _numbered(directory: Path, pattern: re.Pattern, *, recursive: bool = False):
-    if not directory.is_dir():
-        return
-    for path in directory.rglob("*") if recursive else directory.iterdir():
-        if path.is_file() and (match := pattern.match(path.name)):
-            yield int(match.group(1)), path
-
-
-def new_query_id(root: str | Path) -> str:
+def new_query_id(root: str | os.PathLike, store: Storage | None = None) -> str:
     """Give the checkpoint at `root` a new query id (what sinks scope their commit markers
     by): its batches after a restore are new batches, written again, never mistaken for the
     ones the old query wrote under the same numbers. Returns the id."""
-    root = Path(root)
+    root = os.fspath(root)
+    store = store or storage_for(root)
     query_id = str(uuid.uuid4())
-    metadata = root / "metadata"
-    temporary = root / ".metadata.restore.tmp"
     try:
-        current = json.loads(metadata.read_text())
-    except (OSError, ValueError):
+        current = json.loads(store.read_text(join(root, "metadata")))
+    except (FileNotFoundError, ValueError):
         current = {}
-    temporary.write_text(json.dumps({**current, "id": query_id}) + "\n")
-    (root / ".metadata.crc").unlink(missing_ok=True)  # Hadoop's checksum of the old content
-    temporary.rename(metadata)
+    store.remove(join(root, ".metadata.crc"))  # Hadoop's checksum of the old content
+    store.write_text(join(root, "metadata"), json.dumps({**current, "id": query_id}) + "\n")
     return query_id
 
 
-def tree_size(root: str | Path) -> tuple[int, int]:
+def tree_size(root: str | os.PathLike, store: Storage | None = None) -> tuple[int, int]:
     """Bytes and files under `root` (hard links counted at their full size)."""
-    total = files = 0
-    for path in Path(root).rglob("*"):
-        try:
-            if path.is_file():
-                total += path.stat().st_size
-                files += 1
-        except OSError:
-            continue
-    return total, files
+    root = os.fspath(root)
+    return (store or storage_for(root)).tree_size(root)

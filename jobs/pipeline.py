@@ -27,6 +27,7 @@ from .sinks.postgres import ORDINAL, PART, Column, PostgresSink
 from .spec import PipelineSpec, parse_spec
 from .spec.model import starting_timestamp_ms
 from .spec.validate import sink_target
+from .storage import Storage, StorageSettings, join, storage_for
 
 log = logging.getLogger("jobs.pipeline")
 
@@ -62,6 +63,14 @@ class RunConfig:
     # With several sinks: per sink, {"postgres": psycopg arguments} or {"kafka": client
     # arguments}, in the spec's order (empty: the one sink's, in postgres / sink_kafka).
     sink_configs: tuple[dict[str, Any], ...] = ()
+    # Where the checkpoint lives and how to reach that store (jobs.storage.StorageSettings.
+    # for_driver: keys included); None: a local path.
+    storage: dict[str, Any] | None = None
+
+    @property
+    def store(self) -> Storage:
+        """The store the checkpoint is on, for the driver's own reads and writes of it."""
+        return storage_for(self.checkpoint, StorageSettings.from_driver_config(self.storage))
 
     def sink_config(self, index: int) -> dict[str, Any]:
         if self.sink_configs:
@@ -81,6 +90,7 @@ class RunConfig:
             control_plane=data.get("control_plane"),
             sink_kafka=data.get("sink_kafka"),
             sink_configs=tuple(data.get("sink_configs") or ()),
+            storage=data.get("storage"),
         )
 
     def kafka_config_file(self) -> str:
@@ -121,16 +131,17 @@ def choose_reader(spark, config: RunConfig) -> readers.Pin:
     """The reader (and, for Spark's connector, the input partitions) this run uses: the
     checkpoint's when it has one, else the spec's or the default; then kept with it."""
     src = config.spec.source
-    pinned = readers.read_pin(config.checkpoint)
+    store = config.store
+    pinned = readers.read_pin(config.checkpoint, store)
     pin = readers.decide(
         src.reader,
         min_partitions(spark, config),
         pinned,
         connector=kafka_connector_loaded(spark),
-        replay_pending=readers.replay_pending(config.checkpoint),
+        replay_pending=readers.replay_pending(config.checkpoint, store),
     )
     if pin != pinned:
-        readers.write_pin(config.checkpoint, pin)
+        readers.write_pin(config.checkpoint, pin, store)
     return pin
 
 
@@ -322,9 +333,9 @@ class BatchWriter:
 
     def __call__(self, parsed, batch_id: int) -> None:
         if not self.sink.stream_id:
-            self.sink.stream_id = stream_id(self.config.checkpoint) + marker_scope(
-                self.config.spec, self.index
-            )
+            self.sink.stream_id = stream_id(
+                self.config.checkpoint, self.config.store
+            ) + marker_scope(self.config.spec, self.index)
         transform = self.transform
         if not self.tables_ready:
             _, out = self.output(parsed, batch_id)
@@ -586,7 +597,7 @@ class KafkaBatchWriter(BatchWriter):
             sink = self.sink
             client = self.config.sink_config(self.index)["kafka"] or {}
             kafka.check_topics(client, [sink.topic, sink.dead_letter_topic])
-            self.stream = stream_id(self.config.checkpoint) + marker_scope(
+            self.stream = stream_id(self.config.checkpoint, self.config.store) + marker_scope(
                 self.config.spec, self.index
             )
             # The first batch of a run may be a replay: its parts are checked against the
@@ -668,7 +679,7 @@ class FilesBatchWriter(BatchWriter):
         from .sinks import files
 
         if self.files is None:
-            self.open(parsed.sparkSession, stream_id(self.config.checkpoint))
+            self.open(parsed.sparkSession, stream_id(self.config.checkpoint, self.config.store))
         self.compactor.check()
         if self.files.committed(batch_id):
             self.skip(parsed, batch_id, "staged")
@@ -719,10 +730,11 @@ def parse_error(source) -> str:
     return f"value does not parse as JSON with schema: {source.schema}"
 
 
-def stream_id(checkpoint: str) -> str:
+def stream_id(checkpoint: str, store: Storage | None = None) -> str:
     """The query id Spark keeps in the checkpoint: the same across restarts of one
     checkpoint, new for a new one. Commit markers are scoped by it."""
-    return json.loads((Path(checkpoint) / "metadata").read_text())["id"]
+    store = store or storage_for(checkpoint)
+    return json.loads(store.read_text(join(checkpoint, "metadata")))["id"]
 
 
 # Physical operators that move rows between partitions or pick some of them (joins,
@@ -941,12 +953,16 @@ def use_state_store(spark, config: RunConfig) -> None:
     checkpoint was started with in its offset log and goes on with it whatever the session
     says: a spec asking for another one is refused (a definition error) rather than ignored;
     the state can only move to another store with a new checkpoint (a reset)."""
-    from .checkpoints import planned_conf
+    from .checkpoints import has_state, planned_conf
 
     wanted = STATE_STORE_PROVIDERS[state_store(config.spec)]
     # (Spark records a provider for stateless queries too: only state is kept in one.)
-    has_state = (Path(config.checkpoint) / "state").is_dir()
-    kept = planned_conf(config.checkpoint).get(STATE_STORE_CONF) if has_state else None
+    store = config.store
+    kept = (
+        planned_conf(config.checkpoint, store).get(STATE_STORE_CONF)
+        if has_state(config.checkpoint, store)
+        else None
+    )
     if kept and kept != wanted:
         names = {v: k for k, v in STATE_STORE_PROVIDERS.items()}
         raise StateStoreError(

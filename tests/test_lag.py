@@ -137,7 +137,7 @@ def test_the_status_is_one_of_four_and_a_time_to_catch_up_only_when_the_lag_shri
 
 
 def test_the_offsets_a_query_started_from_are_read_from_its_checkpoint(tmp_path):
-    from controlplane.observability.metrics import initial_offsets
+    from jobs.checkpoints import source_start_offsets as initial_offsets
 
     assert initial_offsets(tmp_path) == {}
     (tmp_path / "sources" / "0").mkdir(parents=True)

@@ -304,7 +304,10 @@ class PipelineViewSet(viewsets.ModelViewSet):
     def offsets(self, request, name: str | None = None) -> Response:
         """What the pipeline's checkpoint committed, per partition (the next offset it reads),
         and a reset waiting for its next run, if any."""
-        return Response(offsets.committed(self.get_object()))
+        try:
+            return Response(offsets.committed(self.get_object()))
+        except offsets.Refused as exc:  # the checkpoint's store cannot be reached
+            return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
 
     @extend_schema(request=OffsetsResetSerializer, responses={200: None, 409: None})
     @action(detail=True, methods=["post"], url_path="offsets/reset")

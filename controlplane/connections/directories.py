@@ -82,14 +82,17 @@ class RootInUse(SpecError):
 
 def control_plane_directories() -> list[tuple[str, Location]]:
     """(what it is, where) of each directory the control plane keeps its own files in."""
-    checkpoints = Path(os.path.abspath(django_settings.CONTROLPLANE_CHECKPOINT_ROOT))
+    root = os.fspath(django_settings.CONTROLPLANE_CHECKPOINT_ROOT)
     runs = Path(os.path.abspath(django_settings.CONTROLPLANE_RUNS_ROOT))
+    if "://" in root:  # on HDFS or S3: compared as the files sinks' roots are
+        checkpoints = location(root)
+        store = location(root, RESTORE_POINTS_STORE)
+    else:
+        checkpoints = local(os.path.abspath(root))
+        store = local(Path(os.path.abspath(root)) / RESTORE_POINTS_STORE)
     return [
-        (
-            "restore points, CONTROLPLANE_CHECKPOINT_ROOT/" + RESTORE_POINTS_STORE,
-            local(checkpoints / RESTORE_POINTS_STORE),
-        ),
-        ("CONTROLPLANE_CHECKPOINT_ROOT", local(checkpoints)),
+        ("restore points, CONTROLPLANE_CHECKPOINT_ROOT/" + RESTORE_POINTS_STORE, store),
+        ("CONTROLPLANE_CHECKPOINT_ROOT", checkpoints),
         ("CONTROLPLANE_RUNS_ROOT", local(runs)),
     ]
 

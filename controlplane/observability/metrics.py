@@ -17,18 +17,16 @@ rules).
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-from django.conf import settings
 from django.db.models import F, Min, Window
 from django.db.models.functions import RowNumber
 from django.utils.dateparse import parse_datetime
 
 from controlplane.connections.masking import mask
+from controlplane.definitions import checkpoints
 from controlplane.definitions.models import (
     BatchProgress,
     Connection,
@@ -48,10 +46,10 @@ from controlplane.observability.lag import (
     partition_lags,
     time_until_loss,
 )
-from jobs.checkpoints import read_checkpoint
 from jobs.connections import kafka_client_config
 from jobs.kafka.offsets import flatten
 from jobs.spec.model import starting_timestamp_ms
+from jobs.storage import StorageError
 
 from . import kafka_lookups
 from .kafka_lookups import KafkaLookups
@@ -59,12 +57,14 @@ from .kafka_lookups import KafkaLookups
 log = logging.getLogger("controlplane.metrics")
 
 
-def checkpoint_path(pipeline: Pipeline) -> Path:
-    return Path(settings.CONTROLPLANE_CHECKPOINT_ROOT) / pipeline.name
-
-
 def checkpoint_of(pipeline: Pipeline, *, history: int = 20, sizes: bool = True):
-    return read_checkpoint(checkpoint_path(pipeline), history=history, sizes=sizes)
+    """The pipeline's checkpoint as its store has it; None before its first batch, or while
+    the store cannot be reached (HDFS or S3 down: the reported progress stands in)."""
+    try:
+        return checkpoints.read(pipeline, history=history, sizes=sizes)
+    except StorageError as exc:
+        log.warning("checkpoint of %s not read: %s", pipeline.name, exc)
+        return None
 
 
 def window_seconds(pipeline: Pipeline) -> float:
@@ -245,7 +245,11 @@ def checkpoint_page(pipeline: Pipeline) -> dict | None:
     """The checkpoint as it is on disk where the control plane can read it, else as the
     drivers reported it; with the stateful operators' rows and memory and the watermark
     from progress reports. None if there is neither."""
-    checkpoint = checkpoint_of(pipeline)
+    unreachable = None
+    try:
+        checkpoint = checkpoints.read(pipeline)
+    except StorageError as exc:
+        checkpoint, unreachable = None, str(exc)
     reported = {
         p.batch_id: p
         for p in BatchProgress.objects.filter(run__pipeline=pipeline)
@@ -289,6 +293,8 @@ def checkpoint_page(pipeline: Pipeline) -> dict | None:
         (p for p in sorted(reported.values(), key=lambda p: p.reported_at, reverse=True)), None
     )
     page["state"] = _state(latest)
+    # The store could not be read: what is shown is the drivers' reports, and why.
+    page["unreachable"] = unreachable
     return page
 
 
@@ -596,7 +602,10 @@ def _start_offsets(pipeline, partitions, earliest, ends, consumer, starts) -> di
     round resolved, else its spec's `starting_offsets` resolved now. `latest` (and -1) is the
     log end: while the pipeline has never run that follows the log (its lag stays 0); once it
     has, the end first seen is kept (records after it are lag)."""
-    written = initial_offsets(checkpoint_path(pipeline))
+    try:
+        written = checkpoints.start_offsets(pipeline)
+    except StorageError:
+        written = {}
     if written:
         return {tp: written.get(tp, earliest.get(tp, 0)) for tp in partitions}
     if pipeline.offsets_reset:  # an operator's reset: where the next run starts
@@ -629,18 +638,6 @@ def _start_offsets(pipeline, partitions, earliest, ends, consumer, starts) -> di
         else:
             out[tp] = min(max(int(wanted), earliest[tp]), ends[tp])
     return out
-
-
-def initial_offsets(checkpoint: Path) -> dict[tuple[str, int], int]:
-    """The offsets a query's Kafka source started from, as it wrote them into its checkpoint
-    at its first start (Spark's connector: `sources/0/0`, a version line then JSON, after a
-    zero byte kept for Spark 2.1); {} if there are none."""
-    try:
-        text = (checkpoint / "sources" / "0" / "0").read_bytes().lstrip(b"\x00").decode()
-        lines = text.splitlines()
-        return flatten(json.loads(lines[1] if lines[0].startswith("v") else lines[0]))
-    except (OSError, ValueError, IndexError, AttributeError):
-        return {}
 
 
 def _flat(offsets) -> dict[tuple[str, int], int]:

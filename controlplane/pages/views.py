@@ -161,7 +161,10 @@ def _offsets_text(offsets: dict | None) -> str:
 
 
 def _offsets(pipeline: Pipeline) -> dict:
-    seen = offsets.committed(pipeline)
+    try:
+        seen = offsets.committed(pipeline)
+    except offsets.Refused as exc:  # the checkpoint's store cannot be reached
+        return {"committed_text": str(exc), "pending_reset": None, "pending_reset_text": ""}
     return {
         "committed_text": _offsets_text(seen["committed"]),
         "pending_reset": seen["pending_reset"],

@@ -31,6 +31,7 @@ import pyspark
 from django.conf import settings
 
 from controlplane.accounts.models import digest
+from controlplane.definitions import checkpoints
 from controlplane.definitions.models import Pipeline, Run, SparkApplication
 from jobs.connections import kafka_client_config
 from jobs.files import write_private
@@ -133,7 +134,10 @@ def run_config(pipeline: Pipeline, run: Run, run_dir: Path, token: str) -> dict:
         "postgres": first.get("postgres") or {},
         "sink_kafka": first.get("kafka"),
         "sink_configs": sink_configs,
-        "checkpoint": str(settings.CONTROLPLANE_CHECKPOINT_ROOT / pipeline.name),
+        "checkpoint": checkpoints.location(pipeline),
+        # Where checkpoints live and how to reach that store (keys included: this file is
+        # 0600, like the connections' secrets above).
+        "storage": checkpoints.for_driver(),
         "run_dir": str(run_dir),
         "control_plane": {
             "url": settings.CONTROLPLANE_URL,
@@ -265,7 +269,7 @@ def launch(run: Run, token: str) -> Run:
         return assign(run, token)
     pipeline = run.pipeline
     run_dir = Path(run.run_dir)
-    settings.CONTROLPLANE_CHECKPOINT_ROOT.mkdir(parents=True, exist_ok=True)
+    checkpoints.ensure_root()
     write_private(run_dir / "run.json", json.dumps(run_config(pipeline, run, run_dir, token)))
     command = [
         sys.executable, "-m", "jobs.supervise", "--detach", str(run_dir), "--",
@@ -332,7 +336,7 @@ def assign(run: Run, token: str) -> Run:
     process (pid and start time), so the run is seen to end with it."""
     app = run.application
     run_dir = Path(run.run_dir)
-    settings.CONTROLPLANE_CHECKPOINT_ROOT.mkdir(parents=True, exist_ok=True)
+    checkpoints.ensure_root()
     write_private(run_dir / "run.json", json.dumps(run_config(run.pipeline, run, run_dir, token)))
     write_json(_assignment(run), {"run_dir": str(run_dir)})
     run.pid = app.pid
@@ -398,6 +402,7 @@ def launch_application(app: SparkApplication, token: str) -> SparkApplication:
             {
                 "name": app.name,
                 "generation": app.generation,
+                "storage": checkpoints.for_driver(),
                 "control_plane": {
                     "exit_url": f"{base}/api/applications/{app.name}/exit/",
                     "reports_url": f"{base}/api/applications/{app.name}/reports/",

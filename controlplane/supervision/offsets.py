@@ -11,14 +11,14 @@ from datetime import datetime
 
 from django.db import transaction
 
-from controlplane.definitions import audit
+from controlplane.definitions import audit, checkpoints
 from controlplane.definitions.models import Pipeline, RestorePointKind
-from jobs.checkpoints import read_checkpoint
 from jobs.connections import kafka_client_config
 from jobs.kafka.metadata import log_bounds, metadata_consumer
 from jobs.kafka.offsets import nest
+from jobs.storage import join
 
-from .restore_points import Refused, checkpoint_dir, ensure_at_rest, set_aside
+from .restore_points import Refused, ensure_at_rest, set_aside
 
 __all__ = ["BadTarget", "Refused", "committed", "reset", "start_offsets_for_launch"]
 
@@ -32,7 +32,10 @@ def committed(pipeline: Pipeline) -> dict:
     waiting for the next run."""
     start_offsets_for_launch(pipeline)  # a reset its checkpoint holds now is done
     pipeline.refresh_from_db(fields=["offsets_reset"])
-    checkpoint = read_checkpoint(checkpoint_dir(pipeline), history=1, sizes=False)
+    try:
+        checkpoint = checkpoints.read(pipeline, history=1, sizes=False)
+    except OSError as exc:
+        raise Refused(f"the checkpoint could not be read: {exc}") from None
     last = checkpoint.last_committed if checkpoint else None
     return {
         "committed": nest(checkpoint.committed_offsets()) if last else {},
@@ -194,9 +197,11 @@ def start_offsets_for_launch(pipeline: Pipeline) -> dict | None:
     cleared (None)."""
     if not pipeline.offsets_reset:
         return None
-    current = checkpoint_dir(pipeline)
+    store, current = checkpoints.store(), checkpoints.location(pipeline)
     # Spark's connector writes its start offsets to sources/0/0, our reader to offsets/0.
-    if (current / "sources" / "0" / "0").exists() or (current / "offsets" / "0").exists():
+    if store.exists(join(current, "sources", "0", "0")) or store.exists(
+        join(current, "offsets", "0")
+    ):
         Pipeline.objects.filter(pk=pipeline.pk).update(offsets_reset=None)
         return None
     return pipeline.offsets_reset

@@ -16,21 +16,27 @@
   none older than CONTROLPLANE_RESTORE_POINTS_MAX_AGE_DAYS, the newest always; a deleted pipeline's
   newest one stays (unless its deletion said not to), for a pipeline of the same name.
 
-Files live under `<checkpoint root>/_restore_points/<pipeline>/`, on the checkpoint's file
-system, so copies share the checkpoint files' data through hard links."""
+Restore points live on the checkpoint's own store (controlplane.definitions.checkpoints),
+as cheap as it allows: on a local disk a copy whose files are hard links; on S3 server-side
+copies (no data through the control plane); on HDFS an HDFS snapshot of the checkpoint's
+directory (the NameNode keeps the files the query deletes after it, nothing is copied;
+`dfs.namenode` refuses to snapshot unless the control plane's HDFS user may make the
+directory snapshottable, and a copy through the DataNodes is made instead). Copies and
+set-aside checkpoints are directories under `<checkpoint root>/_restore_points/<pipeline>/`.
+A snapshot is not cut back when taken (it cannot be changed): every restore cuts the copy it
+makes back to the restore point's batch, whatever the store."""
 
 from __future__ import annotations
 
 import logging
-import shutil
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from controlplane.definitions import audit
+from controlplane.definitions import checkpoints as locations
 from controlplane.definitions.models import (
     AuditEntry,
     DesiredState,
@@ -42,23 +48,24 @@ from controlplane.definitions.models import (
 )
 from jobs import checkpoints
 from jobs.kafka.offsets import nest
+from jobs.storage import HdfsStorage, StorageError, basename, join, parent
 
 log = logging.getLogger("controlplane.restore_points")
 
-STORE = "_restore_points"
+STORE = locations.RESTORE_POINTS
+SNAPSHOTS = "/.snapshot/"
 
 
 class Refused(Exception):
     """The action cannot be done now (answered with 409, saying why)."""
 
 
-def checkpoint_dir(pipeline: Pipeline | str) -> Path:
-    name = pipeline if isinstance(pipeline, str) else pipeline.name
-    return Path(settings.CONTROLPLANE_CHECKPOINT_ROOT) / name
+def checkpoint_dir(pipeline: Pipeline | str) -> str:
+    return locations.location(pipeline)
 
 
-def store_dir(name: str) -> Path:
-    return Path(settings.CONTROLPLANE_CHECKPOINT_ROOT) / STORE / name
+def store_dir(name: str) -> str:
+    return locations.restore_points_location(name)
 
 
 def ensure_at_rest(locked: Pipeline) -> None:
@@ -74,8 +81,12 @@ def ensure_at_rest(locked: Pipeline) -> None:
         )
 
 
-def _folder(name: str, kind: str, now: datetime) -> Path:
-    return store_dir(name) / f"{now:%Y%m%dT%H%M%S.%fZ}-{kind}"
+def _stamp(kind: str, now: datetime) -> str:
+    return f"{now:%Y%m%dT%H%M%S.%fZ}-{kind}"
+
+
+def _folder(name: str, kind: str, now: datetime) -> str:
+    return join(store_dir(name), _stamp(kind, now))
 
 
 def _last_spec_version(pipeline: Pipeline, *, before_generation: int | None = None) -> int | None:
@@ -88,7 +99,7 @@ def _last_spec_version(pipeline: Pipeline, *, before_generation: int | None = No
 def _record(
     pipeline: Pipeline | None,
     name: str,
-    folder: Path,
+    folder: str,
     checkpoint: checkpoints.Checkpoint | None,
     *,
     kind: str,
@@ -97,7 +108,7 @@ def _record(
     now: datetime,
     spec_version: int | None,
 ) -> RestorePoint:
-    size, files = checkpoints.tree_size(folder)
+    size, files = locations.store().tree_size(folder)
     last = checkpoint.last_committed if checkpoint else None
     return RestorePoint.objects.create(
         pipeline=pipeline,
@@ -167,9 +178,8 @@ def take(
 
 
 def _take(pipeline: Pipeline, *, kind, user, reason, now, version) -> RestorePoint:
-    folder = _folder(pipeline.name, kind, now)
     try:
-        copied = checkpoints.copy_committed(checkpoint_dir(pipeline), folder)
+        folder, copied = _copy(pipeline.name, kind, now)
     except OSError as exc:
         raise Refused(f"the checkpoint could not be copied: {exc}") from None
     if copied is None:
@@ -202,6 +212,23 @@ def _take(pipeline: Pipeline, *, kind, user, reason, now, version) -> RestorePoi
     return point
 
 
+def _copy(name: str, kind: str, now: datetime) -> tuple[str, checkpoints.Checkpoint | None]:
+    """A consistent copy of the checkpoint of `name` as of its last committed batch: where
+    it is, and the checkpoint as of that batch (None: nothing committed, nothing made)."""
+    store, current = locations.store(), checkpoint_dir(name)
+    if isinstance(store, HdfsStorage):
+        before = checkpoints.read_checkpoint(current, history=1, sizes=False, store=store)
+        if before is None or before.last_committed is None:
+            return "", None
+        try:
+            store.allow_snapshots(current)
+            return store.create_snapshot(current, _stamp(kind, now)), before
+        except StorageError as exc:
+            log.warning("%s: no HDFS snapshot (%s): copying its files instead", current, exc)
+    folder = _folder(name, kind, now)
+    return folder, checkpoints.copy_committed(current, folder, store=store)
+
+
 def set_aside(
     pipeline: Pipeline | None,
     *,
@@ -216,22 +243,24 @@ def set_aside(
     restore point, cut back to its last committed batch: its next run starts from
     something else. None if there is no checkpoint."""
     name = pipeline.name if pipeline is not None else name
-    current = checkpoint_dir(name)
-    if not current.exists():
+    store, current = locations.store(), checkpoint_dir(name)
+    if not store.exists(current):
         return None
-    before = checkpoints.read_checkpoint(current, history=0, sizes=False)
+    before = checkpoints.read_checkpoint(current, history=0, sizes=False, store=store)
     folder = _folder(name, kind, now)
-    folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    shutil.move(str(current), str(folder))
+    store.move_tree(current, folder)
+    # HDFS snapshots move with their directory: the restore points they are follow it.
+    for point in RestorePoint.objects.filter(path__startswith=current + SNAPSHOTS):
+        RestorePoint.objects.filter(pk=point.pk).update(path=folder + point.path[len(current) :])
     if before is not None and before.last_committed is not None:
-        checkpoints.trim_after(folder, before.last_committed.batch_id)
+        checkpoints.trim_after(folder, before.last_committed.batch_id, store=store)
     if pipeline is not None and spec_version is None:
         spec_version = _last_spec_version(pipeline)
     return _record(
         pipeline,
         name,
         folder,
-        checkpoints.read_checkpoint(folder, history=1, sizes=False),
+        checkpoints.read_checkpoint(folder, history=1, sizes=False, store=store),
         kind=kind,
         user=user,
         reason=reason,
@@ -253,26 +282,34 @@ def restore(pipeline: Pipeline, point_id: int, *, user, reason: str, now: dateti
         if point is None:
             raise LookupError(f"pipeline {locked.name!r} has no restore point {point_id}")
         ensure_at_rest(locked)
-        before = checkpoints.read_checkpoint(checkpoint_dir(locked), history=0, sizes=False)
+        store = locations.store()
+        try:
+            before = locations.read(locked, history=0, sizes=False)
+        except StorageError as exc:
+            raise Refused(f"the checkpoint could not be read: {exc}") from None
         # The restored copy is made complete first; only then is the current checkpoint
         # moved aside, and moved back if the copy cannot take its place.
         target = checkpoint_dir(locked)
-        partial = target.with_name(f".{target.name}.restoring")
+        partial = join(parent(target), f".{basename(target)}.restoring")
         query_id = _restored_copy(point, partial)
-        kept = set_aside(
-            locked,
-            kind=RestorePointKind.BEFORE_RESTORE,
-            user=user,
-            reason=f"replaced by restore point {point_id}",
-            now=now,
-        )
         try:
-            partial.rename(target)
+            kept = set_aside(
+                locked,
+                kind=RestorePointKind.BEFORE_RESTORE,
+                user=user,
+                reason=f"replaced by restore point {point_id}",
+                now=now,
+            )
+        except OSError as exc:
+            store.remove_tree(partial)
+            raise Refused(f"the current checkpoint could not be set aside: {exc}") from None
+        try:
+            store.move_tree(partial, target)
         except OSError as exc:
             if kept is not None:
-                shutil.move(kept.path, str(target))
+                store.move_tree(kept.path, target)
                 kept.delete()
-            shutil.rmtree(partial, ignore_errors=True)
+            store.remove_tree(partial)
             raise Refused(f"the restored checkpoint could not be put in place: {exc}") from None
         Pipeline.objects.filter(pk=locked.pk).update(offsets_reset=None)
         done = {
@@ -299,19 +336,23 @@ def restore(pipeline: Pipeline, point_id: int, *, user, reason: str, now: dateti
     return done
 
 
-def _restored_copy(point: RestorePoint, partial: Path) -> str:
-    """The restore point's files linked at `partial`, checked complete, with a new query id
-    (returned); Refused, with nothing left behind, if that cannot be done."""
-    shutil.rmtree(partial, ignore_errors=True)
+def _restored_copy(point: RestorePoint, partial: str) -> str:
+    """The restore point's files copied to `partial` (as cheaply as the store allows), cut
+    back to its batch, checked complete, with a new query id (returned); Refused, with
+    nothing left behind, if that cannot be done."""
+    store = locations.store()
+    store.remove_tree(partial)
     try:
-        checkpoints.link_tree(Path(point.path), partial)
-        copied = checkpoints.read_checkpoint(partial, history=0, sizes=False)
+        store.copy_tree(point.path, partial, skip=checkpoints.is_temporary)
+        if point.last_batch_id is not None:
+            checkpoints.trim_after(partial, point.last_batch_id, store=store)
+        copied = checkpoints.read_checkpoint(partial, history=0, sizes=False, store=store)
         last = copied.last_committed.batch_id if copied and copied.last_committed else None
         if last != point.last_batch_id:
             raise Refused(f"restore point {point.pk}'s files are incomplete or gone ({point.path})")
-        return checkpoints.new_query_id(partial)
+        return checkpoints.new_query_id(partial, store=store)
     except BaseException as exc:
-        shutil.rmtree(partial, ignore_errors=True)
+        store.remove_tree(partial)
         if isinstance(exc, OSError):
             raise Refused(f"restore point {point.pk} could not be copied: {exc}") from None
         raise
@@ -333,8 +374,24 @@ def delete(point: RestorePoint, *, user, reason: str = "") -> None:
 
 
 def _remove(point: RestorePoint) -> None:
-    shutil.rmtree(point.path, ignore_errors=True)
+    _remove_files(point.path)
     point.delete()
+
+
+def _remove_files(path: str) -> None:
+    """A restore point's files: an HDFS snapshot, or a directory (on HDFS, the snapshots of
+    a set-aside checkpoint go with it: the restore points taken of it before it was set
+    aside, older than it, go too)."""
+    store = locations.store()
+    if isinstance(store, HdfsStorage):
+        if SNAPSHOTS in path:
+            directory, _, snapshot = path.partition(SNAPSHOTS)
+            store.delete_snapshot(directory, snapshot)
+            return
+        for entry in store.list(join(path, ".snapshot")):
+            store.delete_snapshot(path, entry.name)
+            RestorePoint.objects.filter(path=entry.path).delete()
+    store.remove_tree(path)
 
 
 def prune(name: str, now: datetime) -> int:
@@ -355,9 +412,14 @@ def prune(name: str, now: datetime) -> int:
             rank = seen[point.kind] = seen.get(point.kind, -1) + 1
             if point is not points[0] and (rank >= keep or point.created_at < oldest):
                 gone.append(point)
+        removed = 0
         for point in gone:
-            _remove(point)
-    return len(gone)
+            try:
+                _remove(point)
+                removed += 1
+            except StorageError as exc:  # its store is down: the row stays, tried again later
+                log.warning("restore point %s not removed: %s", point.pk, exc)
+    return removed
 
 
 def after_delete(
@@ -390,7 +452,7 @@ def _after_delete(name: str, spec_version, keep_restore_point: bool, user) -> No
         if kept is not None and kept.last_batch_id is None:
             _remove(kept)  # nothing was ever committed: nothing to go back to
             kept = None
-    shutil.rmtree(checkpoint_dir(name), ignore_errors=True)
+    _remove_files(checkpoint_dir(name))
     for point in RestorePoint.objects.filter(pipeline_name=name).order_by("-created_at", "-id"):
         if keep_restore_point and (kept is None or point.pk == kept.pk):
             kept = point  # the newest one stays
@@ -432,7 +494,11 @@ def tick(now: datetime) -> dict:
         newest = RestorePoint.objects.filter(pipeline_name=pipeline.name).first()
         if newest and now - newest.created_at < timedelta(minutes=pipeline.restore_point_minutes):
             continue
-        state = checkpoints.read_checkpoint(checkpoint_dir(pipeline), history=0, sizes=False)
+        try:
+            state = locations.read(pipeline, history=0, sizes=False)
+        except StorageError as exc:
+            log.warning("pipeline %s: no scheduled restore point: %s", pipeline.name, exc)
+            continue
         last = state.last_committed if state else None
         if last is None or (newest and newest.last_batch_id == last.batch_id):
             continue  # nothing new to keep

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..failures import DefinitionError
+from ..storage import Storage, join, storage_for
 
 SPARK_KAFKA = "spark-kafka"
 PYTHON = "python"
@@ -54,29 +55,31 @@ class Pin:
     min_partitions: int | None = None
 
 
-def read_pin(checkpoint: str | os.PathLike) -> Pin | None:
+def read_pin(checkpoint: str | os.PathLike, store: Storage | None = None) -> Pin | None:
     """The reader this checkpoint was started with; None for a checkpoint not started yet.
 
     A checkpoint with an offset log but no pin file was written before readers were pinned,
     when every pipeline ran the Python reader (Spark's connector path had never run).
     """
-    root = Path(checkpoint)
+    root = os.fspath(checkpoint)
+    store = store or storage_for(root)
     try:
-        data = json.loads((root / PIN_FILE).read_text())
+        data = json.loads(store.read_text(join(root, PIN_FILE)))
     except FileNotFoundError:
-        offsets = root / "offsets"
-        if offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir()):
+        if any(e.name.isdigit() for e in store.list(join(root, "offsets"))):
             return Pin(PYTHON)
         return None
     return Pin(str(data["reader"]), data.get("min_partitions"))
 
 
-def write_pin(checkpoint: str | os.PathLike, pin: Pin) -> None:
-    root = Path(checkpoint)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".{PIN_FILE}.tmp"
-    tmp.write_text(json.dumps({"reader": pin.reader, "min_partitions": pin.min_partitions}))
-    os.replace(tmp, root / PIN_FILE)
+def write_pin(checkpoint: str | os.PathLike, pin: Pin, store: Storage | None = None) -> None:
+    root = os.fspath(checkpoint)
+    store = store or storage_for(root)
+    store.makedirs(root)
+    store.write_text(
+        join(root, PIN_FILE),
+        json.dumps({"reader": pin.reader, "min_partitions": pin.min_partitions}),
+    )
 
 
 def choose(requested: str | None, pinned: Pin | None, connector: bool) -> str:
@@ -232,14 +235,14 @@ def spark_kafka_options(
     return options
 
 
-def replay_pending(checkpoint: str | os.PathLike) -> bool:
+def replay_pending(checkpoint: str | os.PathLike, store: Storage | None = None) -> bool:
     """Whether the checkpoint's last planned batch was not committed: Spark runs it again,
     with the same offsets, before planning a new one."""
-    root = Path(checkpoint)
+    root = os.fspath(checkpoint)
+    store = store or storage_for(root)
 
     def last(name: str) -> int:
-        folder = root / name
-        ids = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
+        ids = [int(e.name) for e in store.list(join(root, name)) if e.name.isdigit()]
         return max(ids, default=-1)
 
     return last("offsets") > last("commits")

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import os
-import shutil
-from pathlib import Path
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from controlplane.connections.models import Connection
 from controlplane.connections.policy import clean_connection
-from controlplane.definitions import application_services, services
+from controlplane.definitions import application_services, checkpoints, services
 from controlplane.definitions.models import (
     DesiredState,
     Pipeline,
@@ -127,9 +124,9 @@ class Command(BaseCommand):
             return
         if pipeline.runs.filter(state__in=RunState.active()).exists():
             return  # a driver still uses the checkpoint: leave it (the reconciler sees it)
-        checkpoint = Path(settings.CONTROLPLANE_CHECKPOINT_ROOT) / DEMO_PIPELINE
-        if checkpoint.exists():
-            shutil.rmtree(checkpoint)
+        store, checkpoint = checkpoints.store(), checkpoints.location(DEMO_PIPELINE)
+        if store.exists(checkpoint):
+            store.remove_tree(checkpoint)
             self.stdout.write(
                 "  Demo pipeline:  new checkpoint (the embedded Kafka restarted empty)"
             )
