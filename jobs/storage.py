@@ -467,6 +467,9 @@ class HdfsStorage(Storage):
             self._call("DELETE", uri, method="delete", recursive="true")
 
     def move_tree(self, source: str, target: str) -> None:
+        # HDFS renames a directory onto an existing one into it: refused here instead.
+        if self.exists(target):
+            raise StorageError(errno.EEXIST, f"HDFS at {self.address}: {self._path(target)} exists")
         self.makedirs(parent(target))
         self._rename(source, target)
 
@@ -495,6 +498,13 @@ class HdfsStorage(Storage):
         self._call("CREATESNAPSHOT", uri, method="put", snapshotname=name)
         return join(uri, ".snapshot", name)
 
+    def snapshots(self, uri: str) -> list[str]:
+        """The names of directory `uri`'s snapshots ([] if it is not snapshottable)."""
+        status = self._status(uri)
+        if not status or not status.get("snapshotEnabled"):
+            return []
+        return [entry.name for entry in self.list(join(uri, ".snapshot"))]
+
     def delete_snapshot(self, uri: str, name: str) -> None:
         """Delete snapshot `name` of directory `uri` (gone already: fine)."""
         if self.exists(join(uri, ".snapshot", name)):
@@ -511,9 +521,17 @@ def _brief(exc: BaseException) -> str:
     """An exception in one line, without a stack trace or a URL's query (WebHDFS puts the
     user name there; S3's presigned forms, keys)."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    if isinstance(exc, requests.Timeout):
+    timeouts: tuple[type[BaseException], ...] = (requests.Timeout, TimeoutError)
+    refused: tuple[type[BaseException], ...] = (requests.ConnectionError, ConnectionError)
+    with contextlib.suppress(ImportError):
+        from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError
+        from botocore.exceptions import ReadTimeoutError as BotoReadTimeout
+
+        timeouts += (ConnectTimeoutError, BotoReadTimeout)
+        refused += (EndpointConnectionError,)
+    if isinstance(exc, timeouts):
         return "did not answer in time"
-    if isinstance(exc, requests.ConnectionError):
+    if isinstance(exc, refused):
         return "could not connect"
     return text.split("?", 1)[0][:300]
 

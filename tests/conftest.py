@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.factories import valid_spec
+from tests.stores import remote, where  # noqa: F401 - fixtures, for every test module
 
 
 def _required_env(name: str) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
+from controlplane.definitions import checkpoints as locations
 from controlplane.definitions.models import (
     AuditEntry,
     DesiredState,
@@ -24,7 +25,9 @@ from controlplane.definitions.models import (
 )
 from controlplane.supervision import restore_points
 from jobs import checkpoints
+from tests import stores
 from tests.spark_helpers import fake_checkpoint
+from tests.stores import STORES
 
 
 def names(root: Path) -> set[str]:
@@ -69,8 +72,30 @@ def store(settings, tmp_path):
     return tmp_path / "checkpoints"
 
 
-def live(store: Path, name: str = "orders", committed: int = 3) -> Path:
-    return fake_checkpoint(store / name, committed=committed)
+@pytest.fixture(params=STORES)
+def anywhere(request, settings, tmp_path):
+    """The checkpoint root on the local disk, on HDFS and on S3 (the test runs on each)."""
+    for where in stores._where(request.param, tmp_path):
+        if where.kind == "local":
+            settings.CONTROLPLANE_CHECKPOINT_ROOT = Path(where.root)
+        else:
+            settings.CONTROLPLANE_CHECKPOINT_ROOT = where.root
+        settings.CONTROLPLANE_HDFS_HTTP_ADDRESS = where.settings.hdfs_http
+        settings.CONTROLPLANE_HDFS_USER = where.settings.hdfs_user
+        settings.CONTROLPLANE_S3_ENDPOINT = where.settings.s3_endpoint
+        settings.CONTROLPLANE_S3_ACCESS_KEY = where.settings.s3_access_key
+        settings.CONTROLPLANE_S3_SECRET_KEY = where.settings.s3_secret_key
+        yield where
+
+
+def live(where, name: str = "orders", committed: int = 3) -> str:
+    if isinstance(where, Path):
+        return fake_checkpoint(where / name, committed=committed)
+    return stores.fake_checkpoint(where.store, locations.location(name), committed=committed)
+
+
+def read(where, name: str = "orders"):
+    return checkpoints.read_checkpoint(locations.location(name), store=where.store)
 
 
 def new_run(pipeline: Pipeline, generation: int, spec_version: int, state=RunState.EXITED):
@@ -80,8 +105,8 @@ def new_run(pipeline: Pipeline, generation: int, spec_version: int, state=RunSta
 
 
 @pytest.mark.django_db
-def test_restore_points_are_taken_listed_and_deleted_through_the_api(api, pipeline, store):
-    live(store)
+def test_restore_points_are_taken_listed_and_deleted_through_the_api(api, pipeline, anywhere):
+    live(anywhere)
     response = api.post(
         "/api/pipelines/orders/restore-points/", {"reason": "before the upgrade"}, format="json"
     )
@@ -102,7 +127,7 @@ def test_restore_points_are_taken_listed_and_deleted_through_the_api(api, pipeli
     row = RestorePoint.objects.get(pk=point["id"])
     response = api.delete(f"/api/pipelines/orders/restore-points/{point['id']}/?reason=tidy")
     assert response.status_code == 204
-    assert not Path(row.path).exists()
+    assert not anywhere.store.exists(row.path)
     assert AuditEntry.objects.get(action="restore-point-deleted").reason == "tidy"
     missing = api.delete(f"/api/pipelines/orders/restore-points/{point['id']}/")
     assert missing.status_code == 404
@@ -119,11 +144,13 @@ def test_a_pipeline_with_nothing_committed_has_nothing_to_restore_to(api, pipeli
 
 
 @pytest.mark.django_db
-def test_a_restore_keeps_the_current_checkpoint_and_gives_the_query_a_new_id(api, pipeline, store):
-    live(store, committed=2)
+def test_a_restore_keeps_the_current_checkpoint_and_gives_the_query_a_new_id(
+    api, pipeline, anywhere
+):
+    live(anywhere, committed=2)
     first = api.post("/api/pipelines/orders/restore-points/").json()
     # The pipeline goes on: batches 3..6 are committed after the restore point.
-    fake_checkpoint(store / "orders", committed=6)
+    live(anywhere, committed=6)
     Pipeline.objects.filter(name="orders").update(offsets_reset={"orders": {"0": 0}})
 
     body = {"restore_point": first["id"], "reason": "bad batch"}
@@ -142,8 +169,8 @@ def test_a_restore_keeps_the_current_checkpoint_and_gives_the_query_a_new_id(api
     assert response.status_code == 200, response.json()
     done = response.json()
     assert done["last_batch_id"] == 2
-    restored = checkpoints.read_checkpoint(store / "orders")
-    assert restored.last_committed.batch_id == 2
+    restored = read(anywhere)
+    assert restored.last_committed.batch_id == 2 and restored.in_flight == []
     assert restored.query_id == done["query_id"] != "11111111-old"
     kept = RestorePoint.objects.get(pk=done["kept_restore_point"])
     assert (kept.kind, kept.last_batch_id) == ("before-restore", 6)
@@ -151,9 +178,11 @@ def test_a_restore_keeps_the_current_checkpoint_and_gives_the_query_a_new_id(api
     entry = AuditEntry.objects.get(action="restore")
     assert (entry.reason, entry.before["last_batch_id"]) == ("bad batch", 6)
     # The restore point itself is untouched: it can be restored again.
-    assert checkpoints.read_checkpoint(RestorePoint.objects.get(pk=first["id"]).path).query_id == (
-        "11111111-old"
-    )
+    path = RestorePoint.objects.get(pk=first["id"]).path
+    assert checkpoints.read_checkpoint(path, store=anywhere.store).query_id == "11111111-old"
+    again = api.post("/api/pipelines/orders/restore/", body, format="json")
+    assert again.status_code == 200, again.json()
+    assert read(anywhere).last_committed.batch_id == 2
 
     unknown = api.post("/api/pipelines/orders/restore/", {"restore_point": 999}, format="json")
     assert unknown.status_code == 400
@@ -161,12 +190,12 @@ def test_a_restore_keeps_the_current_checkpoint_and_gives_the_query_a_new_id(api
 
 
 @pytest.mark.django_db
-def test_retention_keeps_the_newest_by_count_and_age(pipeline, store, settings):
+def test_retention_keeps_the_newest_by_count_and_age(pipeline, anywhere, settings):
     settings.CONTROLPLANE_RESTORE_POINTS_KEEP = 3
     settings.CONTROLPLANE_RESTORE_POINTS_MAX_AGE_DAYS = 6
     orders = Pipeline.objects.get(name="orders")
     now = timezone.now()
-    live(store)
+    live(anywhere)
     taken = [
         restore_points.take(orders, now=now - timedelta(days=10 - i), reason=str(i))
         for i in range(5)
@@ -174,7 +203,8 @@ def test_retention_keeps_the_newest_by_count_and_age(pipeline, store, settings):
     # Each take pruned by count: the three newest remain (ages 8, 7 and 6 days by then).
     left = list(RestorePoint.objects.filter(pipeline_name="orders").order_by("created_at"))
     assert [p.reason for p in left] == ["2", "3", "4"]
-    assert not Path(taken[0].path).exists()
+    assert not anywhere.store.exists(taken[0].path)
+    assert anywhere.store.exists(left[0].path)
     # By age (now, more than 6 days old): 8 and 7 days go; the newest always stays.
     assert restore_points.prune("orders", now) == 2
     assert [p.reason for p in RestorePoint.objects.filter(pipeline_name="orders")] == ["4"]
@@ -215,17 +245,20 @@ def test_a_new_spec_versions_first_run_keeps_the_old_versions_checkpoint(pipelin
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_deleted_pipeline_leaves_its_checkpoint_as_its_last_restore_point(api, pipeline, store):
+def test_a_deleted_pipeline_leaves_its_checkpoint_as_its_last_restore_point(
+    api, pipeline, anywhere
+):
     orders = Pipeline.objects.get(name="orders")
-    live(store, committed=2)
+    live(anywhere, committed=2)
     restore_points.take(orders, now=timezone.now() - timedelta(hours=1))
-    fake_checkpoint(store / "orders", committed=5)
+    live(anywhere, committed=5)
     new_run(orders, 1, 1)
     bad = api.delete("/api/pipelines/orders/?keep_restore_point=maybe")
     assert bad.status_code == 400
     assert bad.json() == {"keep_restore_point": ["must be true or false"]}
     assert api.delete("/api/pipelines/orders/").status_code == 204
-    assert not (store / "orders").exists()  # a pipeline created again starts afresh
+    # A pipeline created again under the name starts afresh.
+    assert not anywhere.store.exists(locations.location("orders"))
     (left,) = RestorePoint.objects.filter(pipeline_name="orders")
     assert (left.kind, left.last_batch_id, left.spec_version, left.pipeline) == (
         "before-delete",
@@ -241,13 +274,13 @@ def test_a_deleted_pipeline_leaves_its_checkpoint_as_its_last_restore_point(api,
     assert [p["id"] for p in listed] == [left.pk]
     response = api.post("/api/pipelines/orders/restore/", {"restore_point": left.pk}, format="json")
     assert response.status_code == 200, response.json()
-    assert checkpoints.read_checkpoint(store / "orders").last_committed.batch_id == 5
+    assert read(anywhere).last_committed.batch_id == 5
 
     # Deleted again, asked not to keep anything: nothing is left.
     assert api.delete("/api/pipelines/orders/?keep_restore_point=false").status_code == 204
     assert not RestorePoint.objects.exists()
-    assert not (store / "orders").exists()
-    assert list((store / restore_points.STORE / "orders").iterdir()) == []
+    assert not anywhere.store.exists(locations.location("orders"))
+    assert anywhere.store.list(locations.restore_points_location("orders")) == []
 
 
 @pytest.mark.django_db

@@ -8,14 +8,21 @@ path, `hdfs://...` or `s3a://...`; jobs.storage opens the store it names with th
 settings' addresses and keys, and every call to HDFS or S3 is bounded by
 CONTROLPLANE_STORAGE_TIMEOUT_SECONDS (raising jobs.storage.StorageError).
 
-Layout under the root:
+Layout under the root, on a local disk and on S3:
 
     <root>/<pipeline>/                       a pipeline's checkpoint (Spark's)
     <root>/_restore_points/<pipeline>/<id>/  restore points (copies, or set-aside checkpoints)
 
-On HDFS, a restore point taken of a running checkpoint is an HDFS snapshot of its directory
-(`<root>/<pipeline>/.snapshot/<id>`), which costs the NameNode a few bytes; everything else
-is a directory of files.
+On HDFS, everything of a pipeline name is in one directory, which is made snapshottable:
+
+    <root>/<pipeline>/checkpoint/            the checkpoint
+    <root>/<pipeline>/restore-points/<id>/   set-aside checkpoints (and copies where
+                                             snapshots are not allowed)
+    <root>/<pipeline>/.snapshot/<id>/checkpoint   a restore point taken of the checkpoint
+
+A restore point taken is then an HDFS snapshot, which costs the NameNode a few bytes; HDFS
+refuses to rename or delete a directory that has snapshots, so the checkpoint itself is not
+the snapshottable directory (it is set aside by a rename within it).
 """
 
 from __future__ import annotations
@@ -62,12 +69,22 @@ def _name(pipeline) -> str:
     return pipeline if isinstance(pipeline, str) else pipeline.name
 
 
+def snapshot_dir(pipeline) -> str | None:
+    """The directory snapshots of the pipeline's checkpoint are taken of (HDFS), or None
+    where the store has no snapshots."""
+    return join(root(), _name(pipeline)) if store().scheme == "hdfs" else None
+
+
 def location(pipeline) -> str:
     """The checkpoint of `pipeline` (a Pipeline or a name)."""
+    if store().scheme == "hdfs":
+        return join(root(), _name(pipeline), "checkpoint")
     return join(root(), _name(pipeline))
 
 
 def restore_points_location(pipeline) -> str:
+    if store().scheme == "hdfs":
+        return join(root(), _name(pipeline), "restore-points")
     return join(root(), RESTORE_POINTS, _name(pipeline))
 
 

@@ -216,13 +216,15 @@ def _copy(name: str, kind: str, now: datetime) -> tuple[str, checkpoints.Checkpo
     """A consistent copy of the checkpoint of `name` as of its last committed batch: where
     it is, and the checkpoint as of that batch (None: nothing committed, nothing made)."""
     store, current = locations.store(), checkpoint_dir(name)
-    if isinstance(store, HdfsStorage):
+    snapshots = locations.snapshot_dir(name)
+    if isinstance(store, HdfsStorage) and snapshots:
         before = checkpoints.read_checkpoint(current, history=1, sizes=False, store=store)
         if before is None or before.last_committed is None:
             return "", None
         try:
-            store.allow_snapshots(current)
-            return store.create_snapshot(current, _stamp(kind, now)), before
+            store.allow_snapshots(snapshots)
+            taken = store.create_snapshot(snapshots, _stamp(kind, now))
+            return join(taken, basename(current)), before
         except StorageError as exc:
             log.warning("%s: no HDFS snapshot (%s): copying its files instead", current, exc)
     folder = _folder(name, kind, now)
@@ -249,9 +251,6 @@ def set_aside(
     before = checkpoints.read_checkpoint(current, history=0, sizes=False, store=store)
     folder = _folder(name, kind, now)
     store.move_tree(current, folder)
-    # HDFS snapshots move with their directory: the restore points they are follow it.
-    for point in RestorePoint.objects.filter(path__startswith=current + SNAPSHOTS):
-        RestorePoint.objects.filter(pk=point.pk).update(path=folder + point.path[len(current) :])
     if before is not None and before.last_committed is not None:
         checkpoints.trim_after(folder, before.last_committed.batch_id, store=store)
     if pipeline is not None and spec_version is None:
@@ -379,19 +378,29 @@ def _remove(point: RestorePoint) -> None:
 
 
 def _remove_files(path: str) -> None:
-    """A restore point's files: an HDFS snapshot, or a directory (on HDFS, the snapshots of
-    a set-aside checkpoint go with it: the restore points taken of it before it was set
-    aside, older than it, go too)."""
+    """A restore point's files: an HDFS snapshot (`<dir>/.snapshot/<id>/checkpoint`), or a
+    directory."""
     store = locations.store()
-    if isinstance(store, HdfsStorage):
-        if SNAPSHOTS in path:
-            directory, _, snapshot = path.partition(SNAPSHOTS)
-            store.delete_snapshot(directory, snapshot)
-            return
-        for entry in store.list(join(path, ".snapshot")):
-            store.delete_snapshot(path, entry.name)
-            RestorePoint.objects.filter(path=entry.path).delete()
+    if isinstance(store, HdfsStorage) and SNAPSHOTS in path:
+        directory, _, rest = path.partition(SNAPSHOTS)
+        store.delete_snapshot(directory, rest.split("/", 1)[0])
+        return
     store.remove_tree(path)
+
+
+def _remove_all(name: str, *, keep: RestorePoint | None) -> None:
+    """The files of pipeline name `name` but `keep`'s: its checkpoint, its other restore
+    points, and on HDFS its snapshots, and their directory once it holds nothing."""
+    store, snapshots = locations.store(), locations.snapshot_dir(name)
+    _remove_files(checkpoint_dir(name))
+    for point in RestorePoint.objects.filter(pipeline_name=name):
+        if keep is None or point.pk != keep.pk:
+            _remove(point)
+    if isinstance(store, HdfsStorage) and snapshots:
+        for snapshot in store.snapshots(snapshots):
+            store.delete_snapshot(snapshots, snapshot)
+        if keep is None:
+            store.remove_tree(snapshots)
 
 
 def prune(name: str, now: datetime) -> int:
@@ -452,12 +461,11 @@ def _after_delete(name: str, spec_version, keep_restore_point: bool, user) -> No
         if kept is not None and kept.last_batch_id is None:
             _remove(kept)  # nothing was ever committed: nothing to go back to
             kept = None
-    _remove_files(checkpoint_dir(name))
-    for point in RestorePoint.objects.filter(pipeline_name=name).order_by("-created_at", "-id"):
-        if keep_restore_point and (kept is None or point.pk == kept.pk):
-            kept = point  # the newest one stays
-            continue
-        _remove(point)
+    if keep_restore_point and kept is None:  # no checkpoint: the newest one stays
+        kept = (
+            RestorePoint.objects.filter(pipeline_name=name).order_by("-created_at", "-id").first()
+        )
+    _remove_all(name, keep=kept if keep_restore_point else None)
 
 
 def before_change(run: Run, now: datetime) -> RestorePoint | None:

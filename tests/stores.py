@@ -1,0 +1,117 @@
+"""The real stores checkpoints may live on, for tests: the local disk, HDFS (a NameNode and a
+DataNode of Apache Hadoop) and an S3-compatible server (s3proxy), the latter two started
+once per test run by `./stack test` (scripts/devstack.py), which exports their addresses.
+
+`where` gives a test a fresh, empty root on one of them; `remote` only the distributed ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import pytest
+
+from jobs.storage import Storage, StorageSettings, join, storage_for
+
+STORES = ("local", "hdfs", "s3")
+
+
+def _required(name: str) -> str:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        pytest.fail(
+            f"{name} is not set: run the suite through `./stack test`, which starts HDFS and "
+            "the S3 server and exports their addresses",
+            pytrace=False,
+        )
+    return value
+
+
+def settings_for(kind: str, timeout: float = 10.0) -> StorageSettings:
+    if kind == "hdfs":
+        return StorageSettings(
+            hdfs_http=_required("CONTROLPLANE_HDFS_HTTP_ADDRESS"),
+            hdfs_user=os.environ.get("CONTROLPLANE_HDFS_USER") or None,
+            timeout=timeout,
+        )
+    if kind == "s3":
+        return StorageSettings(
+            s3_endpoint=_required("CONTROLPLANE_S3_ENDPOINT"),
+            s3_access_key=_required("CONTROLPLANE_S3_ACCESS_KEY"),
+            s3_secret_key=_required("CONTROLPLANE_S3_SECRET_KEY"),
+            timeout=timeout,
+        )
+    return StorageSettings(timeout=timeout)
+
+
+def base_for(kind: str, tmp_path) -> str:
+    """A root of the test's own on store `kind`."""
+    unique = f"tests/{uuid.uuid4().hex[:12]}"
+    if kind == "hdfs":
+        return join(_required("CONTROLPLANE_HDFS_URL"), unique)
+    if kind == "s3":
+        return f"s3a://{os.environ.get('CONTROLPLANE_S3_BUCKET') or 'controlplane'}/{unique}"
+    return str(tmp_path / "store")
+
+
+class Where:
+    def __init__(self, kind: str, root: str, store: Storage, settings: StorageSettings):
+        self.kind, self.root, self.store, self.settings = kind, root, store, settings
+
+    def __call__(self, *parts: str) -> str:
+        return join(self.root, *parts)
+
+    def __repr__(self) -> str:
+        return f"Where({self.kind}: {self.root})"
+
+
+def _where(kind: str, tmp_path):
+    settings = settings_for(kind)
+    root = base_for(kind, tmp_path)
+    store = storage_for(root, settings)
+    yield Where(kind, root, store, settings)
+    if kind == "hdfs":  # HDFS deletes no directory that has snapshots
+        for entry in store.list(root):
+            for snapshot in store.snapshots(entry.path):
+                store.delete_snapshot(entry.path, snapshot)
+    if kind != "local":
+        store.remove_tree(root)
+
+
+@pytest.fixture(params=STORES)
+def where(request, tmp_path):
+    """A fresh root on the local disk, on HDFS and on S3 (the test runs once on each)."""
+    yield from _where(request.param, tmp_path)
+
+
+@pytest.fixture(params=("hdfs", "s3"))
+def remote(request, tmp_path):
+    """A fresh root on HDFS and on S3."""
+    yield from _where(request.param, tmp_path)
+
+
+def fake_checkpoint(store: Storage, root: str, *, committed: int, in_flight: bool = True) -> str:
+    """As tests.spark_helpers.fake_checkpoint, on any store: batches 0..committed committed
+    (and one more planned), a state store of one partition (version V after batch V - 1),
+    Hadoop's checksum files, a temporary file being written."""
+    store.write_text(join(root, "metadata"), json.dumps({"id": "11111111-old"}) + "\n")
+    store.write_text(join(root, ".metadata.crc"), "crc")
+    store.write_text(join(root, "sources", "0", "0"), 'v1\n{"orders":{"0":0}}\n')
+    last = committed + 1 if in_flight else committed
+    for n in range(last + 1):
+        offsets = {"orders": {"0": (n + 1) * 10, "1": (n + 1) * 5}}
+        store.write_text(join(root, "offsets", str(n)), f"v1\n{{}}\n{json.dumps(offsets)}\n")
+        store.write_text(join(root, "offsets", f".{n}.crc"), "crc")
+        store.write_text(join(root, "state", "0", "0", f"{n + 1}.delta"), "rows")
+        if n <= committed:
+            store.write_text(join(root, "commits", str(n)), 'v1\n{"nextBatchWatermarkMs":0}\n')
+    store.write_text(join(root, "offsets", f".{last + 1}.4f2a.tmp"), "half written")
+    return root
+
+
+def names(store: Storage, root: str) -> set[str]:
+    """The files under `root`, relative to it."""
+    prefix = root.rstrip("/") + "/"
+    return {e.path[len(prefix) :] for e in store.walk(root)}
