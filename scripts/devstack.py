@@ -1,10 +1,12 @@
 """Starts and stops the development stack: PostgreSQL, Redis and Apache Kafka under var/, then
-the control plane itself. Called by ./stack (which has already installed packages, the venv and
-Kafka's jars).
+the control plane itself; HDFS and an S3-compatible store (S3Proxy) for `./stack hdfs`, `./stack
+s3` and the tests. Called by ./stack (which has already installed packages, the venv and the
+servers' jars).
 
 Each service is reused when it is already running (started by another ./stack), started
 otherwise, and stopped on exit only by the invocation that started it. Services named in the
-environment (DATABASE_URL, CELERY_BROKER_URL, KAFKA_BOOTSTRAP_SERVERS) are not started at all.
+environment (DATABASE_URL, CELERY_BROKER_URL, KAFKA_BOOTSTRAP_SERVERS, CONTROLPLANE_HDFS_URL,
+CONTROLPLANE_S3_ENDPOINT) are not started at all.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,8 +119,15 @@ class Service:
     env: dict[str, str] = field(default_factory=dict)
     started_here: bool = False
 
+    def running(self) -> bool:  # pragma: no cover - overridden
+        raise NotImplementedError
+
     def stop(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
+
+    def stoppable(self) -> bool:
+        """Whether `./stack stop` has anything of it to stop."""
+        return self.running()
 
 
 # --- PostgreSQL ---------------------------------------------------------------------------
@@ -410,7 +420,10 @@ class Kafka(Service):
                     f"see {self.logfile} and {self.outfile}"
                 )
             with contextlib.suppress(Exception):
-                if self._answers() and port_open(KAFKA_SASL_PORT):
+                # The admin client only once the listener is open: made earlier, its bootstrap
+                # backs off exponentially and can sleep ~20 s past the broker's start (seen
+                # with HDFS and S3Proxy starting beside it in ./stack test).
+                if port_open(KAFKA_PORT) and self._answers() and port_open(KAFKA_SASL_PORT):
                     break
             if time.monotonic() > deadline:
                 terminate(proc.pid)
@@ -758,6 +771,657 @@ def terminate(pid: int, timeout: float = 10.0) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+# --- HDFS (optional: ./stack hdfs; started by ./stack test) -------------------------------
+
+
+HDFS_NAMENODE_PORT = int(os.environ.get("CONTROLPLANE_HDFS_NAMENODE_PORT", "58020"))
+HDFS_NAMENODE_HTTP_PORT = int(os.environ.get("CONTROLPLANE_HDFS_NAMENODE_HTTP_PORT", "58870"))
+HDFS_DATANODE_PORT = int(os.environ.get("CONTROLPLANE_HDFS_DATANODE_PORT", "58866"))
+HDFS_DATANODE_HTTP_PORT = int(os.environ.get("CONTROLPLANE_HDFS_DATANODE_HTTP_PORT", "58864"))
+HDFS_DATANODE_IPC_PORT = int(os.environ.get("CONTROLPLANE_HDFS_DATANODE_IPC_PORT", "58867"))
+HDFS_HEAP_OPTS = os.environ.get("CONTROLPLANE_HDFS_HEAP_OPTS", "-Xmx256m")
+# The directory the control plane and the tests work in, owned by the OS user (below).
+HDFS_HOME_DIR = "/controlplane"
+
+# An empty web application: Hadoop's HTTP servers look up webapps/<name> on the classpath, and
+# the jars on Maven Central ship none (the JMX servlet and WebHDFS are added in code, so an
+# empty one is all they need).
+EMPTY_WEB_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<web-app xmlns="http://xmlns.jcp.org/xml/ns/javaee" version="3.1"/>
+"""
+
+
+def os_user() -> str:
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def http_json(url: str, method: str = "GET", timeout: float = 3.0) -> dict:
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(url, method=method)  # noqa: S310 - loopback, ours
+    with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310
+        return json.load(answer)
+
+
+def spawn_detached(command: list[str], outfile: Path, pidfile: Path, cwd: Path) -> subprocess.Popen:
+    """A server in its own session (a Ctrl-C meant for ./stack must not reach it directly),
+    its output appended to `outfile`, its own pid (not a shell's) in `pidfile`."""
+    outfile.parent.mkdir(parents=True, exist_ok=True)
+    with open(outfile, "ab") as out:
+        proc = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    pidfile.write_text(str(proc.pid))
+    return proc
+
+
+def wait_started(
+    what: str,
+    proc: subprocess.Popen,
+    check,
+    timeout: float,
+    logs: str,
+    since: float | None = None,
+) -> float:
+    """Wait until `check()` holds; fail at once if the process exits. The seconds it took
+    (counted from `since`, a time.monotonic() of the launch, if given)."""
+    started = time.monotonic() if since is None else since
+    while True:
+        if proc.poll() is not None:
+            raise StackError(
+                f"{what} exited with code {proc.returncode} while starting; see {logs}"
+            )
+        with contextlib.suppress(Exception):
+            if check():
+                return time.monotonic() - started
+        if time.monotonic() - started > timeout:
+            terminate(proc.pid, timeout=20)
+            raise StackError(f"{what} did not become ready within {timeout:.0f} s; see {logs}")
+        time.sleep(0.2)
+
+
+class Hdfs(Service):
+    """One HDFS NameNode and one DataNode of Apache Hadoop (the version of the Hadoop client in
+    pip's pyspark), each its own JVM, from Maven Central's jars copied by ./stack into
+    var/hadoop/libs (scripts/hadoop/pom.xml pins them). On loopback only, every port its own
+    (none of Hadoop's defaults), WebHDFS on, one replica. The namespace (var/hdfs/name) is
+    formatted once and, with the blocks (var/hdfs/data), kept across restarts.
+
+    Permission checks stay on, as on a real cluster. Simple authentication: a client is whoever
+    it says it is, and the OS user that starts the NameNode is HDFS's superuser, so the stack's
+    own clients (the same OS user) may use `/`; the start creates /controlplane owned by that
+    user for the control plane and the tests, and a client naming another user gets the
+    permission errors a real cluster gives.
+
+    Fault tests stop and start either process (`stop_datanode()`, `start_namenode()`...); the
+    NameNode notices a stopped DataNode within ~12 s (1 s heartbeats, 1 s recheck: 2 x recheck
+    + 10 x heartbeat), not Hadoop's default 10.5 minutes."""
+
+    ROLES = ("namenode", "datanode")
+    MAIN_CLASSES = {
+        "namenode": "org.apache.hadoop.hdfs.server.namenode.NameNode",
+        "datanode": "org.apache.hadoop.hdfs.server.datanode.DataNode",
+    }
+
+    def __init__(
+        self,
+        *,
+        var: Path | None = None,
+        libs: Path | None = None,
+        namenode_port: int = HDFS_NAMENODE_PORT,
+        namenode_http_port: int = HDFS_NAMENODE_HTTP_PORT,
+        datanode_port: int = HDFS_DATANODE_PORT,
+        datanode_http_port: int = HDFS_DATANODE_HTTP_PORT,
+        datanode_ipc_port: int = HDFS_DATANODE_IPC_PORT,
+        heap_opts: str = HDFS_HEAP_OPTS,
+    ) -> None:
+        super().__init__("hdfs")
+        var = var or VAR
+        self.dir = var / "hdfs"
+        self.conf = self.dir / "conf"
+        self.webroot = self.dir / "webroot"
+        self.name_dir = self.dir / "name"
+        self.data_dir = self.dir / "data"
+        self.logs = var / "log"
+        # The jars are the checkout's (./stack copies them there), whatever `var` a test uses.
+        self.libs = libs or VAR / "hadoop" / "libs"
+        self.heap_opts = heap_opts
+        self.ports = {
+            "namenode": {
+                "CONTROLPLANE_HDFS_NAMENODE_PORT": namenode_port,
+                "CONTROLPLANE_HDFS_NAMENODE_HTTP_PORT": namenode_http_port,
+            },
+            "datanode": {
+                "CONTROLPLANE_HDFS_DATANODE_PORT": datanode_port,
+                "CONTROLPLANE_HDFS_DATANODE_HTTP_PORT": datanode_http_port,
+                "CONTROLPLANE_HDFS_DATANODE_IPC_PORT": datanode_ipc_port,
+            },
+        }
+        self.namenode_port, self.namenode_http_port = namenode_port, namenode_http_port
+        self.datanode_http_port = datanode_http_port
+        self.user = os_user()
+        self.url = f"hdfs://127.0.0.1:{namenode_port}"
+        self.http_address = f"127.0.0.1:{namenode_http_port}"
+        self.formatted_here = False
+        # Seconds each start of this object took, for the record (start(), start_namenode()...).
+        self.timings: dict[str, float] = {}
+        self.env = {
+            "CONTROLPLANE_HDFS_URL": self.url,
+            "CONTROLPLANE_HDFS_HTTP_ADDRESS": self.http_address,
+            "CONTROLPLANE_HDFS_USER": self.user,
+        }
+
+    # -- state ----------------------------------------------------------------------------
+
+    def pidfile(self, role: str) -> Path:
+        return self.dir / f"{role}.pid"
+
+    def pid(self, role: str) -> int | None:
+        """The pid of `namenode` or `datanode`, if it runs."""
+        return read_pid(self.pidfile(role))
+
+    def running(self) -> bool:
+        return all(self.pid(role) for role in self.ROLES) and port_open(self.namenode_port)
+
+    def stoppable(self) -> bool:
+        return any(self.pid(role) for role in self.ROLES)
+
+    def namenode_state(self) -> dict:
+        """The NameNode's FSNamesystemState bean: NumLiveDataNodes, NumDeadDataNodes, FSState
+        (`Operational` or `safeMode`), CapacityRemaining..."""
+        query = "Hadoop:service=NameNode,name=FSNamesystemState"
+        url = f"http://{self.http_address}/jmx?qry={query}"
+        return http_json(url)["beans"][0]
+
+    def ready(self) -> bool:
+        """Both up: a live DataNode and out of safe mode, so reads and writes work."""
+        state = self.namenode_state()
+        return state["NumLiveDataNodes"] >= 1 and state["FSState"] == "Operational"
+
+    def datanode_registered(self) -> bool:
+        """The DataNode's own view: registered with the NameNode and heart-beating. (The
+        NameNode's count of live DataNodes lags: a DataNode stopped a moment ago still
+        counts.)"""
+        import json
+
+        actors = json.loads(self._datanode_info()["BPServiceActorInfo"])
+        return bool(actors) and all(actor.get("ActorState") == "RUNNING" for actor in actors)
+
+    def _datanode_info(self) -> dict:
+        # Only this attribute: reading the whole bean before the DataNode has registered
+        # logs a stack trace per request.
+        query = "Hadoop:service=DataNode,name=DataNodeInfo::BPServiceActorInfo"
+        url = f"http://127.0.0.1:{self.datanode_http_port}/jmx?get={query}"
+        return http_json(url)["beans"][0]
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.running() and self._answers(self.ready):
+            log(f"HDFS already running ({self.url}, WebHDFS on {self.http_address})")
+            return
+        started = time.monotonic()
+        # Both JVMs start at once (the DataNode retries until the NameNode answers): on two
+        # cores that saves most of the DataNode's own start-up time.
+        roles = [role for role in self.ROLES if self.pid(role) is None]
+        self._prepare(roles)
+        launched = [(role, *self._launch(role)) for role in roles]
+        for role, proc, since in launched:
+            self._await(role, proc, since)
+        wait_for("HDFS (a live DataNode, out of safe mode)", self.ready, 120, self._logs_hint())
+        self._ensure_home_dir()
+        self.timings["start"] = time.monotonic() - started
+        seconds = self.timings["start"]
+        log(f"HDFS ready in {seconds:.1f} s: {self.url}, WebHDFS on {self.http_address}")
+
+    def start_namenode(self) -> None:
+        """Start the NameNode unless it runs; wait until it answers (and, if the DataNode
+        runs, until it has left safe mode with the DataNode live)."""
+        if self.pid("namenode") is None:
+            self._prepare(["namenode"])
+            self._await("namenode", *self._launch("namenode"))
+        if self.pid("datanode") is not None:
+            wait_for("the HDFS NameNode leaving safe mode", self.ready, 120, self._logs_hint())
+
+    def start_datanode(self) -> None:
+        """Start the DataNode unless it runs; wait until it has registered (and, if the
+        NameNode runs, until the NameNode has it live and has left safe mode)."""
+        if self.pid("datanode") is None:
+            self._prepare(["datanode"])
+            self._await("datanode", *self._launch("datanode"))
+        if self.pid("namenode") is not None:
+            wait_for("HDFS (a live DataNode, out of safe mode)", self.ready, 120, self._logs_hint())
+
+    def stop_namenode(self) -> None:
+        self._stop_role("namenode")
+
+    def stop_datanode(self) -> None:
+        self._stop_role("datanode")
+
+    def stop(self) -> None:
+        self._stop_role("datanode")
+        self._stop_role("namenode")
+
+    def _stop_role(self, role: str) -> None:
+        pid = self.pid(role)
+        if pid:
+            log(f"stopping the HDFS {role}")
+            terminate(pid, timeout=30)
+
+    def _prepare(self, roles: list[str]) -> None:
+        """Before starting `roles`: their ports free, the jars there, the configuration
+        written, the namespace formatted (before any DataNode starts: formatting empties its
+        directory)."""
+        for role in roles:
+            for variable, port in self.ports[role].items():
+                if port_open(port):
+                    raise StackError(
+                        f"port {port} is taken by another program: set {variable}, or "
+                        "CONTROLPLANE_HDFS_URL (and CONTROLPLANE_HDFS_HTTP_ADDRESS) to use an "
+                        "existing HDFS"
+                    )
+        if not self.libs.joinpath(".installed").exists():
+            raise StackError(
+                f"Hadoop's jars are not in {self.libs}: run ./stack, which copies them"
+            )
+        self._write_config()
+        if "namenode" in roles:
+            self._format()
+
+    def _launch(self, role: str) -> tuple[subprocess.Popen, float]:
+        _, outfile = self._logfiles(role)
+        log(f"starting the HDFS {role}")
+        proc = spawn_detached(
+            [*self._java(role), self.MAIN_CLASSES[role]], outfile, self.pidfile(role), self.dir
+        )
+        self.started_here = True
+        return proc, time.monotonic()
+
+    def _await(self, role: str, proc: subprocess.Popen, since: float) -> None:
+        """Wait until `role` answers (a DataNode: has registered, if a NameNode runs)."""
+        logfile, outfile = self._logfiles(role)
+        if role == "namenode":
+            check = lambda: port_open(self.namenode_port) and bool(self.namenode_state())  # noqa: E731
+        elif self.pid("namenode") is not None:
+            check = self.datanode_registered
+        else:  # nothing to register with: up is all it can be
+            check = lambda: bool(self._datanode_info())  # noqa: E731
+        logs = f"{logfile} and {outfile}"
+        seconds = wait_started(f"the HDFS {role}", proc, check, 120, logs, since=since)
+        self.timings[role] = seconds
+        log(f"the HDFS {role} is up in {seconds:.1f} s")
+
+    def _logfiles(self, role: str) -> tuple[Path, Path]:
+        # The daemon logs to .log (log4j); the JVM's own output (start-up failures, crashes)
+        # goes to .out.
+        return self.logs / f"hdfs-{role}.log", self.logs / f"hdfs-{role}.out"
+
+    def _logs_hint(self) -> Path:
+        return self.logs / "hdfs-namenode.log"
+
+    @staticmethod
+    def _answers(check) -> bool:
+        try:
+            return bool(check())
+        except (OSError, ValueError, KeyError, IndexError):
+            return False
+
+    def _java(self, role: str) -> list[str]:
+        logfile, _ = self._logfiles(role)
+        return [
+            shutil.which("java") or "java",
+            *self.heap_opts.split(),
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.net.preferIPv4Stack=true",
+            f"-Dhadoop.home.dir={self.dir}",
+            f"-Dhadoop.log.dir={self.logs}",
+            f"-Dhdfs.log.file={logfile}",
+            f"-Dproc_{role}",  # how Hadoop's scripts mark the process (ps, jps)
+            "-cp",
+            # conf/ first: core-site.xml, hdfs-site.xml and log4j.properties are found there.
+            f"{self.conf}:{self.webroot}:{self.libs}/*",
+        ]
+
+    def _write_config(self) -> None:
+        """Written on every start, so port changes take effect."""
+        self.conf.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        for app in ("hdfs", "datanode", "secondary"):
+            web_xml = self.webroot / "webapps" / app / "WEB-INF" / "web.xml"
+            web_xml.parent.mkdir(parents=True, exist_ok=True)
+            web_xml.write_text(EMPTY_WEB_XML)
+        (nn_rpc, nn_http), (dn, dn_http, dn_ipc) = (
+            self.ports["namenode"].values(),
+            self.ports["datanode"].values(),
+        )
+        core = {
+            "fs.defaultFS": self.url,
+            "hadoop.tmp.dir": str(self.dir / "tmp"),
+            "hadoop.security.authentication": "simple",
+            # The web UI's user when a request names none.
+            "hadoop.http.staticuser.user": self.user,
+        }
+        hdfs = {
+            "dfs.namenode.name.dir": str(self.name_dir),
+            "dfs.datanode.data.dir": str(self.data_dir),
+            "dfs.replication": "1",
+            "dfs.webhdfs.enabled": "true",
+            "dfs.permissions.enabled": "true",
+            "dfs.http.policy": "HTTP_ONLY",
+            # Every address on loopback, every port our own. The HTTPS, secondary and backup
+            # addresses are never opened here (HTTP_ONLY, no such daemons): port 0 anyway, so
+            # no default port is ever named.
+            "dfs.namenode.rpc-address": f"127.0.0.1:{nn_rpc}",
+            "dfs.namenode.http-address": f"127.0.0.1:{nn_http}",
+            "dfs.namenode.https-address": "127.0.0.1:0",
+            "dfs.namenode.secondary.http-address": "127.0.0.1:0",
+            "dfs.namenode.secondary.https-address": "127.0.0.1:0",
+            "dfs.namenode.backup.address": "127.0.0.1:0",
+            "dfs.namenode.backup.http-address": "127.0.0.1:0",
+            "dfs.datanode.address": f"127.0.0.1:{dn}",
+            "dfs.datanode.http.address": f"127.0.0.1:{dn_http}",
+            "dfs.datanode.ipc.address": f"127.0.0.1:{dn_ipc}",
+            "dfs.datanode.https.address": "127.0.0.1:0",
+            # The DataNode's name is its loopback address: WebHDFS redirects and clients'
+            # block transfers go there, never to the machine's name (which resolves to an
+            # address off loopback here).
+            "dfs.datanode.hostname": "127.0.0.1",
+            "dfs.client.use.datanode.hostname": "true",
+            "dfs.datanode.use.datanode.hostname": "true",
+            "dfs.namenode.datanode.registration.ip-hostname-check": "false",
+            # Out of safe mode as soon as the blocks are reported, not 30 s later.
+            "dfs.namenode.safemode.extension": "0",
+            # A stopped DataNode is dead after 2 x recheck + 10 x heartbeat = 12 s (Hadoop's
+            # default: 10.5 minutes): the fault tests stop it.
+            "dfs.heartbeat.interval": "1",
+            "dfs.namenode.heartbeat.recheck-interval": "1000",
+            # Stale (read last, if clients ask) after 5 s; Hadoop warns when it exceeds the 12 s.
+            "dfs.namenode.stale.datanode.interval": "5000",
+            # One DataNode: a write pipeline that loses it has no other to take its place.
+            "dfs.client.block.write.replace-datanode-on-failure.enable": "false",
+            # A file is closed once its last block is committed by the writer, without waiting
+            # for the DataNode's report that it is stored (Hadoop waits, polling from 400 ms):
+            # a checkpoint writes a few small files per batch (the per-batch cost measured by
+            # bench/storage.py), and WebHDFS writes through a DataNode's own client.
+            "dfs.namenode.file.close.num-committed-allowed": "1",
+            "dfs.client.block.write.locateFollowingBlock.initial.delay.ms": "20",
+        }
+        for name, settings in (("core-site.xml", core), ("hdfs-site.xml", hdfs)):
+            (self.conf / name).write_text(
+                '<?xml version="1.0"?>\n'
+                "<!-- Written by scripts/devstack.py on every start; edits are lost. -->\n"
+                "<configuration>\n"
+                + "".join(
+                    f"  <property><name>{k}</name><value>{v}</value></property>\n"
+                    for k, v in settings.items()
+                )
+                + "</configuration>\n"
+            )
+        (self.conf / "log4j.properties").write_text(
+            "# Written by scripts/devstack.py on every start; edits are lost.\n"
+            "log4j.rootLogger=INFO, RFA\n"
+            "log4j.appender.RFA=org.apache.log4j.RollingFileAppender\n"
+            "log4j.appender.RFA.File=${hdfs.log.file}\n"
+            "log4j.appender.RFA.MaxFileSize=20MB\n"
+            "log4j.appender.RFA.MaxBackupIndex=2\n"
+            "log4j.appender.RFA.layout=org.apache.log4j.PatternLayout\n"
+            "log4j.appender.RFA.layout.ConversionPattern=%d{ISO8601} %p %c{2}: %m%n\n"
+            # A line per operation or block otherwise (set to INFO to see them).
+            "log4j.logger.org.apache.hadoop.hdfs.server.namenode.FSNamesystem.audit=WARN\n"
+            "log4j.logger.org.apache.hadoop.hdfs.StateChange=WARN\n"
+            "log4j.logger.org.apache.hadoop.hdfs.server.datanode.DataNode.clienttrace=WARN\n"
+            "log4j.logger.http.requests=WARN\n"
+            # Hadoop 3.5 logs a line per block-pool subdirectory lock (1,024) at each start.
+            "log4j.logger.org.apache.hadoop.hdfs.server.datanode.fsdataset.impl.FsDatasetImpl=WARN\n"
+            "log4j.logger.org.apache.hadoop.util.NativeCodeLoader=ERROR\n"
+        )
+
+    def _format(self) -> None:
+        """Format the namespace once. Blocks of an earlier namespace would make the DataNode
+        refuse to start (another cluster id): they go with it."""
+        if self.name_dir.joinpath("current", "VERSION").exists():
+            return
+        log(f"formatting the HDFS namespace in {self.name_dir}")
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+        _, outfile = self._logfiles("namenode")
+        result = subprocess.run(
+            [
+                *self._java("namenode"),
+                self.MAIN_CLASSES["namenode"],
+                "-format",
+                "-nonInteractive",
+                "-force",
+            ],
+            cwd=self.dir,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        with open(outfile, "a") as out:
+            out.write(result.stdout + result.stderr)
+        if result.returncode != 0:
+            raise StackError(f"formatting HDFS failed (exit {result.returncode}); see {outfile}")
+        self.formatted_here = True
+
+    def _ensure_home_dir(self) -> None:
+        """/controlplane, owned by the OS user (MKDIRS through WebHDFS as that user: a no-op
+        when it exists)."""
+        url = (
+            f"http://{self.http_address}/webhdfs/v1{HDFS_HOME_DIR}"
+            f"?op=MKDIRS&permission=755&user.name={self.user}"
+        )
+        if not http_json(url, method="PUT").get("boolean"):
+            raise StackError(f"could not create {HDFS_HOME_DIR} in HDFS")
+
+
+# --- S3-compatible object store (optional: ./stack s3; started by ./stack test) -----------
+
+
+S3_PORT = int(os.environ.get("CONTROLPLANE_S3_PORT", "58333"))
+S3_BUCKET = "controlplane"
+S3_HEAP_OPTS = os.environ.get("CONTROLPLANE_S3_HEAP_OPTS", "-Xmx256m")
+
+
+class S3Proxy(Service):
+    """S3Proxy (org.gaul:s3proxy) serving the S3 API from its filesystem backend, objects under
+    var/s3/data, on loopback, from Maven Central's jars copied by ./stack into
+    var/s3proxy/libs (scripts/s3proxy/pom.xml pins them). A real server speaking the protocol
+    (AWS signatures V2 and V4, multipart uploads, server-side copies...), not a mock.
+
+    Requests must be signed with the stack's one key pair, made at random on first start and
+    kept in var/s3/credentials (mode 0600): a development store, but one other programs on the
+    machine cannot write to by accident. The start creates the bucket `controlplane`."""
+
+    def __init__(
+        self,
+        *,
+        var: Path | None = None,
+        libs: Path | None = None,
+        port: int = S3_PORT,
+        bucket: str = S3_BUCKET,
+        heap_opts: str = S3_HEAP_OPTS,
+    ) -> None:
+        super().__init__("s3")
+        var = var or VAR
+        self.dir = var / "s3"
+        self.data = self.dir / "data"
+        self.credentials_file = self.dir / "credentials"
+        self.config = self.dir / "s3proxy.properties"
+        self.log_config = self.dir / "logback.xml"
+        self.pidfile = self.dir / "s3proxy.pid"
+        self.logfile = var / "log" / "s3proxy.log"
+        # The JVM's own output (start-up failures, crashes); S3Proxy logs to s3proxy.log.
+        self.outfile = var / "log" / "s3proxy.out"
+        self.libs = libs or VAR / "s3proxy" / "libs"
+        self.port = port
+        self.bucket = bucket
+        self.heap_opts = heap_opts
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self.timings: dict[str, float] = {}
+
+    def credentials(self) -> tuple[str, str]:
+        """(access key, secret key): made once, at random, then read from the file."""
+        import json
+        import secrets
+
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            stored = json.loads(self.credentials_file.read_text())
+            return stored["access_key"], stored["secret_key"]
+        access_key = "CP" + secrets.token_hex(9).upper()  # 20 characters, like AWS's
+        secret_key = secrets.token_urlsafe(30)  # 40 characters, none special in .properties
+        self.dir.mkdir(parents=True, exist_ok=True)
+        partial = self.credentials_file.with_suffix(".new")
+        partial.unlink(missing_ok=True)
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump({"access_key": access_key, "secret_key": secret_key}, out)
+        partial.replace(self.credentials_file)
+        return access_key, secret_key
+
+    def client(self):
+        """A botocore S3 client of the store, signed with the stack's keys (path-style)."""
+        import botocore.session
+        from botocore.config import Config
+
+        access_key, secret_key = self.credentials()
+        return botocore.session.get_session().create_client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=access_key,
+            aws_secret_access_key=secret_key,
+            region_name="us-east-1",
+            config=Config(
+                s3={"addressing_style": "path"},
+                connect_timeout=2,
+                read_timeout=10,
+                retries={"total_max_attempts": 1},
+            ),
+        )
+
+    def running(self) -> bool:
+        return read_pid(self.pidfile) is not None and port_open(self.port)
+
+    def stoppable(self) -> bool:
+        return read_pid(self.pidfile) is not None
+
+    def start(self) -> None:
+        access_key, secret_key = self.credentials()
+        self.env = {
+            "CONTROLPLANE_S3_ENDPOINT": self.endpoint,
+            "CONTROLPLANE_S3_ACCESS_KEY": access_key,
+            "CONTROLPLANE_S3_SECRET_KEY": secret_key,
+            "CONTROLPLANE_S3_BUCKET": self.bucket,
+        }
+        if self.running():
+            log(f"S3Proxy already running on {self.endpoint}")
+            self._ensure_bucket()
+            return
+        if port_open(self.port):
+            raise StackError(
+                f"port {self.port} is taken by another program: set CONTROLPLANE_S3_PORT, "
+                "or CONTROLPLANE_S3_ENDPOINT (and its keys) to use an existing S3 store"
+            )
+        if not self.libs.joinpath(".installed").exists():
+            raise StackError(
+                f"S3Proxy's jars are not in {self.libs}: run ./stack, which copies them"
+            )
+        self._write_config(access_key, secret_key)
+        log(f"starting S3Proxy on {self.endpoint} (objects in {self.data})")
+        proc = spawn_detached(
+            [
+                shutil.which("java") or "java",
+                *self.heap_opts.split(),
+                "-XX:+ExitOnOutOfMemoryError",
+                f"-Dlogback.configurationFile={self.log_config}",
+                "-cp",
+                f"{self.libs}/*",
+                "org.gaul.s3proxy.Main",
+                "--properties",
+                str(self.config),
+            ],
+            self.outfile,
+            self.pidfile,
+            self.dir,
+        )
+        self.started_here = True
+        seconds = wait_started(
+            "S3Proxy",
+            proc,
+            lambda: port_open(self.port) and "Buckets" in self.client().list_buckets(),
+            60,
+            f"{self.logfile} and {self.outfile}",
+        )
+        self.timings["start"] = seconds
+        self._ensure_bucket()
+        log(f"S3Proxy ready in {seconds:.1f} s: {self.endpoint}, bucket {self.bucket}")
+
+    def stop(self) -> None:
+        pid = read_pid(self.pidfile)
+        if pid:
+            log("stopping S3Proxy")
+            terminate(pid, timeout=20)
+
+    def _ensure_bucket(self) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        client = self.client()
+        try:
+            try:
+                client.head_bucket(Bucket=self.bucket)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket"):
+                    raise
+                client.create_bucket(Bucket=self.bucket)
+        except (BotoCoreError, ClientError) as exc:
+            raise StackError(
+                f"S3Proxy on {self.endpoint} refused the bucket {self.bucket!r} with the keys in "
+                f"{self.credentials_file}: {exc} (a server started with other keys: stop it)"
+            ) from None
+
+    def _write_config(self, access_key: str, secret_key: str) -> None:
+        """Written on every start (port and keys)."""
+        self.data.mkdir(parents=True, exist_ok=True)
+        self.logfile.parent.mkdir(parents=True, exist_ok=True)
+        settings = {
+            "s3proxy.endpoint": self.endpoint,
+            # Every request signed with the stack's keys, AWS signature V2 or V4.
+            "s3proxy.authorization": "aws-v2-or-v4",
+            "s3proxy.identity": access_key,
+            "s3proxy.credential": secret_key,
+            "jclouds.provider": "filesystem",
+            "jclouds.filesystem.basedir": str(self.data),
+        }
+        self.config.write_text(
+            "# Written by scripts/devstack.py on every start; edits are lost.\n"
+            + "".join(f"{k}={v}\n" for k, v in settings.items())
+        )
+        self.config.chmod(0o600)  # it holds the secret key
+        # Without a configuration logback logs everything at DEBUG to the console.
+        self.log_config.write_text(
+            "<!-- Written by scripts/devstack.py on every start; edits are lost. -->\n"
+            "<configuration>\n"
+            '  <appender name="FILE" class="ch.qos.logback.core.rolling.RollingFileAppender">\n'
+            f"    <file>{self.logfile}</file>\n"
+            '    <rollingPolicy class="ch.qos.logback.core.rolling.FixedWindowRollingPolicy">\n'
+            f"      <fileNamePattern>{self.logfile}.%i</fileNamePattern>\n"
+            "      <minIndex>1</minIndex><maxIndex>2</maxIndex>\n"
+            "    </rollingPolicy>\n"
+            '    <triggeringPolicy class="ch.qos.logback.core.rolling.SizeBasedTriggeringPolicy">\n'
+            "      <maxFileSize>20MB</maxFileSize>\n"
+            "    </triggeringPolicy>\n"
+            "    <encoder><pattern>%d{ISO8601} %level %logger{30}: %msg%n</pattern></encoder>\n"
+            "  </appender>\n"
+            '  <root level="INFO"><appender-ref ref="FILE"/></root>\n'
+            "</configuration>\n"
+        )
+
+
 # --- the stack ----------------------------------------------------------------------------
 
 
@@ -770,7 +1434,9 @@ class Stack:
         self.env["CONTROLPLANE_VAR_DIR"] = str(VAR)
         self.env["PATH"] = f"{Path(PY).parent}:{self.env.get('PATH', '')}"
 
-    def wanted(self) -> list[Service]:
+    def wanted(self, *, storage: bool = False) -> list[Service]:
+        """The services to start here; with `storage`, HDFS and the S3 store too (the tests'
+        `./stack test`; `./stack up` keeps checkpoints and files on local disk)."""
         out: list[Service] = []
         if not os.environ.get("DATABASE_URL"):
             out.append(Postgres())
@@ -778,16 +1444,31 @@ class Stack:
             out.append(Redis())
         if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
             out.append(Kafka())
+        if storage:
+            out.extend(storage_services())
         return out
 
-    def start_services(self) -> None:
+    def start_services(self, *, storage: bool = False) -> None:
         VAR.mkdir(parents=True, exist_ok=True)
         # Two ./stack commands starting at once must not both initialise or start a service.
         with open(VAR / ".stack.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            for service in self.wanted():
-                self.services.append(service)
-                service.start()
+            wanted = self.wanted(storage=storage)
+            self.services.extend(wanted)
+            # HDFS and the S3 store are JVMs of their own that need none of the others: each
+            # starts in a thread while PostgreSQL, Redis and Kafka start in order beside them
+            # (the services phase then takes about as long as the slowest of them). A failure
+            # anywhere is raised once all have finished starting, so stop_services() sees
+            # everything that was started.
+            beside = [s for s in wanted if isinstance(s, (Hdfs, S3Proxy))]
+            with ThreadPoolExecutor(max_workers=max(1, len(beside))) as pool:
+                futures = [pool.submit(service.start) for service in beside]
+                for service in wanted:
+                    if service not in beside:
+                        service.start()
+                for future in futures:
+                    future.result()
+            for service in wanted:
                 self.env.update(service.env)
         # No fallback to DATABASE_URL: the control plane's own database is never a sink.
 
@@ -820,6 +1501,37 @@ def cmd_services(stack: Stack) -> int:
         if stack.env.get(key):
             # Quoted for `eval`: a password from the environment may hold any character.
             print(f"export {key}={shlex.quote(stack.env[key])}")
+    return 0
+
+
+def storage_services() -> list[Service]:
+    """HDFS and the S3 store, each unless the environment names an existing one."""
+    out: list[Service] = []
+    if not os.environ.get("CONTROLPLANE_HDFS_URL"):
+        out.append(Hdfs())
+    if not os.environ.get("CONTROLPLANE_S3_ENDPOINT"):
+        out.append(S3Proxy())
+    return out
+
+
+def cmd_storage(kind: type[Service]) -> int:
+    """`./stack hdfs` / `./stack s3`: the store left running in the background (`./stack stop`
+    stops it), its environment printed for `eval`."""
+    variable = "CONTROLPLANE_HDFS_URL" if kind is Hdfs else "CONTROLPLANE_S3_ENDPOINT"
+    if os.environ.get(variable):
+        log(f"{variable} is set: that store is used, none is started here")
+        return 0
+    service = kind()
+    with open(_lock_path(), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            service.start()
+        except BaseException:
+            if service.started_here:  # half started (a NameNode without its DataNode, say)
+                service.stop()
+            raise
+    for key, value in service.env.items():
+        print(f"export {key}={shlex.quote(value)}")
     return 0
 
 
@@ -857,21 +1569,25 @@ def _cluster() -> SparkCluster:
 
 
 def cmd_status(_stack: Stack) -> int:
-    for service in (Postgres(), Redis(), Kafka(), _cluster()):
-        print(f"{service.name:9} {'running' if service.running() else 'stopped'}")
+    for service in (Postgres(), Redis(), Kafka(), Hdfs(), S3Proxy(), _cluster()):
+        if service.running():
+            state = "running"
+        else:
+            state = "partly running" if service.stoppable() else "stopped"
+        print(f"{service.name:9} {state}")
     return 0
 
 
 def cmd_stop(_stack: Stack) -> int:
-    for service in (_cluster(), Kafka(), Redis(), Postgres()):
-        if service.running():
+    for service in (_cluster(), S3Proxy(), Hdfs(), Kafka(), Redis(), Postgres()):
+        if service.stoppable():
             service.stop()
     return 0
 
 
 def cmd_test(stack: Stack, pytest_args: list[str]) -> int:
     try:
-        stack.start_services()
+        stack.start_services(storage=True)
         env = stack.env
         # Tests get their own Redis database, so a running `./stack up` worker never eats
         # tasks sent by a test (and the other way round).
@@ -1038,6 +1754,10 @@ def main(argv: list[str]) -> int:
             return cmd_services(stack)
         if command == "cluster":
             return cmd_cluster(rest)
+        if command == "hdfs":
+            return cmd_storage(Hdfs)
+        if command == "s3":
+            return cmd_storage(S3Proxy)
         if command == "status":
             return cmd_status(stack)
         if command == "stop":

@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 
 from tests.factories import valid_spec
-from tests.stores import remote, where  # noqa: F401 - fixtures, for every test module
+from tests.stores import (  # noqa: F401 - fixtures
+    checkpoint_store,
+    remote,
+    silent_address,
+    where,
+)
 
 
 def _required_env(name: str) -> str:

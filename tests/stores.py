@@ -2,14 +2,18 @@
 DataNode of Apache Hadoop) and an S3-compatible server (s3proxy), the latter two started
 once per test run by `./stack test` (scripts/devstack.py), which exports their addresses.
 
-`where` gives a test a fresh, empty root on one of them; `remote` only the distributed ones.
+`where` gives a test a fresh, empty root on each of them; `remote` only the distributed ones;
+`checkpoint_store` makes such a root the control plane's checkpoint root.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
+import threading
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -90,6 +94,48 @@ def where(request, tmp_path):
 def remote(request, tmp_path):
     """A fresh root on HDFS and on S3."""
     yield from _where(request.param, tmp_path)
+
+
+@pytest.fixture(params=STORES)
+def checkpoint_store(request, settings, tmp_path):
+    """The control plane's checkpoint root on the local disk, on HDFS and on S3 (the test
+    runs on each), with the settings that reach it."""
+    for where in _where(request.param, tmp_path):
+        local = where.kind == "local"
+        settings.CONTROLPLANE_CHECKPOINT_ROOT = Path(where.root) if local else where.root
+        settings.CONTROLPLANE_HDFS_HTTP_ADDRESS = where.settings.hdfs_http
+        settings.CONTROLPLANE_HDFS_USER = where.settings.hdfs_user
+        settings.CONTROLPLANE_S3_ENDPOINT = where.settings.s3_endpoint
+        settings.CONTROLPLANE_S3_ACCESS_KEY = where.settings.s3_access_key
+        settings.CONTROLPLANE_S3_SECRET_KEY = where.settings.s3_secret_key
+        yield where
+
+
+@pytest.fixture
+def silent_address():
+    """A TCP server that accepts connections and never answers (a hung NameNode or store)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held = []
+    stop = threading.Event()
+
+    def accept():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
 
 
 def fake_checkpoint(store: Storage, root: str, *, committed: int, in_flight: bool = True) -> str:

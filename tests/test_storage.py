@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 
 import pytest
 
@@ -120,40 +119,13 @@ def test_hdfs_snapshots_keep_what_the_query_deletes_after_them(tmp_path):
         assert not store.exists(snapshot)
 
 
-@pytest.fixture
-def silent_server():
-    """A TCP server that accepts connections and never answers (a hung NameNode or store)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    held = []
-    stop = threading.Event()
-
-    def accept():
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.getsockname()[1]}"
-    stop.set()
-    thread.join()
-    for conn in held:
-        conn.close()
-    server.close()
-
-
 @pytest.mark.parametrize("kind", ["hdfs", "s3"])
-def test_a_store_that_does_not_answer_fails_the_call_in_words(kind, silent_server):
+def test_a_store_that_does_not_answer_fails_the_call_in_words(kind, silent_address):
     settings = (
-        StorageSettings(hdfs_http=silent_server, hdfs_user="cp", timeout=0.5)
+        StorageSettings(hdfs_http=silent_address, hdfs_user="cp", timeout=0.5)
         if kind == "hdfs"
         else StorageSettings(
-            s3_endpoint=f"http://{silent_server}",
+            s3_endpoint=f"http://{silent_address}",
             s3_access_key="k",
             s3_secret_key="s3cr3t-never-shown",
             timeout=0.5,
@@ -164,7 +136,7 @@ def test_a_store_that_does_not_answer_fails_the_call_in_words(kind, silent_serve
     with pytest.raises(StorageError) as caught:
         checkpoints.read_checkpoint(join(root, "orders"), store=store)
     message = str(caught.value)
-    assert silent_server in message and "did not answer in time" in message
+    assert silent_address in message and "did not answer in time" in message
     assert "s3cr3t" not in message and "Traceback" not in message
 
 
