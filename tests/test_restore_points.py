@@ -27,7 +27,6 @@ from controlplane.supervision import restore_points
 from jobs import checkpoints
 from tests import stores
 from tests.spark_helpers import fake_checkpoint
-from tests.stores import STORES
 
 
 def names(root: Path) -> set[str]:
@@ -72,22 +71,6 @@ def store(settings, tmp_path):
     return tmp_path / "checkpoints"
 
 
-@pytest.fixture(params=STORES)
-def anywhere(request, settings, tmp_path):
-    """The checkpoint root on the local disk, on HDFS and on S3 (the test runs on each)."""
-    for where in stores._where(request.param, tmp_path):
-        if where.kind == "local":
-            settings.CONTROLPLANE_CHECKPOINT_ROOT = Path(where.root)
-        else:
-            settings.CONTROLPLANE_CHECKPOINT_ROOT = where.root
-        settings.CONTROLPLANE_HDFS_HTTP_ADDRESS = where.settings.hdfs_http
-        settings.CONTROLPLANE_HDFS_USER = where.settings.hdfs_user
-        settings.CONTROLPLANE_S3_ENDPOINT = where.settings.s3_endpoint
-        settings.CONTROLPLANE_S3_ACCESS_KEY = where.settings.s3_access_key
-        settings.CONTROLPLANE_S3_SECRET_KEY = where.settings.s3_secret_key
-        yield where
-
-
 def live(where, name: str = "orders", committed: int = 3) -> str:
     if isinstance(where, Path):
         return fake_checkpoint(where / name, committed=committed)
@@ -105,8 +88,10 @@ def new_run(pipeline: Pipeline, generation: int, spec_version: int, state=RunSta
 
 
 @pytest.mark.django_db
-def test_restore_points_are_taken_listed_and_deleted_through_the_api(api, pipeline, anywhere):
-    live(anywhere)
+def test_restore_points_are_taken_listed_and_deleted_through_the_api(
+    api, pipeline, checkpoint_store
+):
+    live(checkpoint_store)
     response = api.post(
         "/api/pipelines/orders/restore-points/", {"reason": "before the upgrade"}, format="json"
     )
@@ -127,7 +112,7 @@ def test_restore_points_are_taken_listed_and_deleted_through_the_api(api, pipeli
     row = RestorePoint.objects.get(pk=point["id"])
     response = api.delete(f"/api/pipelines/orders/restore-points/{point['id']}/?reason=tidy")
     assert response.status_code == 204
-    assert not anywhere.store.exists(row.path)
+    assert not checkpoint_store.store.exists(row.path)
     assert AuditEntry.objects.get(action="restore-point-deleted").reason == "tidy"
     missing = api.delete(f"/api/pipelines/orders/restore-points/{point['id']}/")
     assert missing.status_code == 404
@@ -145,12 +130,12 @@ def test_a_pipeline_with_nothing_committed_has_nothing_to_restore_to(api, pipeli
 
 @pytest.mark.django_db
 def test_a_restore_keeps_the_current_checkpoint_and_gives_the_query_a_new_id(
-    api, pipeline, anywhere
+    api, pipeline, checkpoint_store
 ):
-    live(anywhere, committed=2)
+    live(checkpoint_store, committed=2)
     first = api.post("/api/pipelines/orders/restore-points/").json()
     # The pipeline goes on: batches 3..6 are committed after the restore point.
-    live(anywhere, committed=6)
+    live(checkpoint_store, committed=6)
     Pipeline.objects.filter(name="orders").update(offsets_reset={"orders": {"0": 0}})
 
     body = {"restore_point": first["id"], "reason": "bad batch"}
@@ -169,7 +154,7 @@ def test_a_restore_keeps_the_current_checkpoint_and_gives_the_query_a_new_id(
     assert response.status_code == 200, response.json()
     done = response.json()
     assert done["last_batch_id"] == 2
-    restored = read(anywhere)
+    restored = read(checkpoint_store)
     assert restored.last_committed.batch_id == 2 and restored.in_flight == []
     assert restored.query_id == done["query_id"] != "11111111-old"
     kept = RestorePoint.objects.get(pk=done["kept_restore_point"])
@@ -179,10 +164,12 @@ def test_a_restore_keeps_the_current_checkpoint_and_gives_the_query_a_new_id(
     assert (entry.reason, entry.before["last_batch_id"]) == ("bad batch", 6)
     # The restore point itself is untouched: it can be restored again.
     path = RestorePoint.objects.get(pk=first["id"]).path
-    assert checkpoints.read_checkpoint(path, store=anywhere.store).query_id == "11111111-old"
+    assert (
+        checkpoints.read_checkpoint(path, store=checkpoint_store.store).query_id == "11111111-old"
+    )
     again = api.post("/api/pipelines/orders/restore/", body, format="json")
     assert again.status_code == 200, again.json()
-    assert read(anywhere).last_committed.batch_id == 2
+    assert read(checkpoint_store).last_committed.batch_id == 2
 
     unknown = api.post("/api/pipelines/orders/restore/", {"restore_point": 999}, format="json")
     assert unknown.status_code == 400
@@ -190,12 +177,12 @@ def test_a_restore_keeps_the_current_checkpoint_and_gives_the_query_a_new_id(
 
 
 @pytest.mark.django_db
-def test_retention_keeps_the_newest_by_count_and_age(pipeline, anywhere, settings):
+def test_retention_keeps_the_newest_by_count_and_age(pipeline, checkpoint_store, settings):
     settings.CONTROLPLANE_RESTORE_POINTS_KEEP = 3
     settings.CONTROLPLANE_RESTORE_POINTS_MAX_AGE_DAYS = 6
     orders = Pipeline.objects.get(name="orders")
     now = timezone.now()
-    live(anywhere)
+    live(checkpoint_store)
     taken = [
         restore_points.take(orders, now=now - timedelta(days=10 - i), reason=str(i))
         for i in range(5)
@@ -203,8 +190,8 @@ def test_retention_keeps_the_newest_by_count_and_age(pipeline, anywhere, setting
     # Each take pruned by count: the three newest remain (ages 8, 7 and 6 days by then).
     left = list(RestorePoint.objects.filter(pipeline_name="orders").order_by("created_at"))
     assert [p.reason for p in left] == ["2", "3", "4"]
-    assert not anywhere.store.exists(taken[0].path)
-    assert anywhere.store.exists(left[0].path)
+    assert not checkpoint_store.store.exists(taken[0].path)
+    assert checkpoint_store.store.exists(left[0].path)
     # By age (now, more than 6 days old): 8 and 7 days go; the newest always stays.
     assert restore_points.prune("orders", now) == 2
     assert [p.reason for p in RestorePoint.objects.filter(pipeline_name="orders")] == ["4"]
@@ -246,19 +233,19 @@ def test_a_new_spec_versions_first_run_keeps_the_old_versions_checkpoint(pipelin
 
 @pytest.mark.django_db(transaction=True)
 def test_a_deleted_pipeline_leaves_its_checkpoint_as_its_last_restore_point(
-    api, pipeline, anywhere
+    api, pipeline, checkpoint_store
 ):
     orders = Pipeline.objects.get(name="orders")
-    live(anywhere, committed=2)
+    live(checkpoint_store, committed=2)
     restore_points.take(orders, now=timezone.now() - timedelta(hours=1))
-    live(anywhere, committed=5)
+    live(checkpoint_store, committed=5)
     new_run(orders, 1, 1)
     bad = api.delete("/api/pipelines/orders/?keep_restore_point=maybe")
     assert bad.status_code == 400
     assert bad.json() == {"keep_restore_point": ["must be true or false"]}
     assert api.delete("/api/pipelines/orders/").status_code == 204
     # A pipeline created again under the name starts afresh.
-    assert not anywhere.store.exists(locations.location("orders"))
+    assert not checkpoint_store.store.exists(locations.location("orders"))
     (left,) = RestorePoint.objects.filter(pipeline_name="orders")
     assert (left.kind, left.last_batch_id, left.spec_version, left.pipeline) == (
         "before-delete",
@@ -274,13 +261,13 @@ def test_a_deleted_pipeline_leaves_its_checkpoint_as_its_last_restore_point(
     assert [p["id"] for p in listed] == [left.pk]
     response = api.post("/api/pipelines/orders/restore/", {"restore_point": left.pk}, format="json")
     assert response.status_code == 200, response.json()
-    assert read(anywhere).last_committed.batch_id == 5
+    assert read(checkpoint_store).last_committed.batch_id == 5
 
     # Deleted again, asked not to keep anything: nothing is left.
     assert api.delete("/api/pipelines/orders/?keep_restore_point=false").status_code == 204
     assert not RestorePoint.objects.exists()
-    assert not anywhere.store.exists(locations.location("orders"))
-    assert anywhere.store.list(locations.restore_points_location("orders")) == []
+    assert not checkpoint_store.store.exists(locations.location("orders"))
+    assert checkpoint_store.store.list(locations.restore_points_location("orders")) == []
 
 
 @pytest.mark.django_db
