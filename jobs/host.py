@@ -37,6 +37,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
+from jobs import hadoop  # noqa: E402
 from jobs.pipeline import RunConfig  # noqa: E402
 from jobs.reporting import SharedChannel  # noqa: E402
 from jobs.run import STOP_FILE, judge, serve  # noqa: E402
@@ -169,7 +170,8 @@ def main(argv: list[str]) -> int:
     (app_dir / QUEUE).mkdir(mode=0o700, exist_ok=True)
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.getOrCreate()
+    # Its members' checkpoints and files sinks on HDFS or S3 (app.json's "storage", if any).
+    spark = SparkSession.builder.config(map=hadoop.load(app_dir / "app.json")).getOrCreate()
     try:
         host(spark, app_dir)
     finally:

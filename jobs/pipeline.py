@@ -101,9 +101,17 @@ class RunConfig:
 
 
 def register_sources(spark) -> None:
+    from pyspark.errors import AnalysisException
+
     from .kafka.source import KafkaDataSource
 
-    spark.dataSource.register(KafkaDataSource)
+    try:
+        spark.dataSource.register(KafkaDataSource)
+    except AnalysisException as exc:
+        # A session made by newSession() shares its parent's registry of Python data
+        # sources, and refuses to register one it already has: it is there to use.
+        if exc.getCondition() != "DATA_SOURCE_ALREADY_EXISTS":
+            raise
 
 
 def kafka_connector_loaded(spark) -> bool:

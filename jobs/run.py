@@ -24,7 +24,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
-from jobs import failures  # noqa: E402
+from jobs import failures, hadoop  # noqa: E402
 from jobs.kafka import group_commit  # noqa: E402
 from jobs.pipeline import RunConfig, source_reads, start_query  # noqa: E402
 from jobs.reporting import ProgressPoller, Reporter, SharedChannel  # noqa: E402
@@ -123,7 +123,12 @@ def main(argv: list[str]) -> int:
         config = RunConfig.load(run_dir / "run.json")
         from pyspark.sql import SparkSession
 
-        spark = SparkSession.builder.appName(f"pipeline:{config.pipeline}").getOrCreate()
+        spark = (
+            SparkSession.builder.appName(f"pipeline:{config.pipeline}")
+            # Checkpoints and files sinks on HDFS or S3 (run.json's "storage", if any).
+            .config(map=hadoop.load(run_dir / "run.json"))
+            .getOrCreate()
+        )
         try:
             # Judged before the session stops: a Java exception's causes are read through it.
             with judged(run_dir, config.pipeline):

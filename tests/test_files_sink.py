@@ -211,14 +211,14 @@ class Dies:
         real = getattr(self.jfs, name)
 
         def call(*args):
-            if self.at == "merge" and name == "merge":
+            if self.at == "merge" and name == "mergeInto":
                 raise Killed
             if self.at == "first delete" and name == "delete" and "_plans" not in args[0]:
                 raise Killed
             if self.at == "plan delete" and name == "delete" and "_plans" in args[0]:
                 raise Killed
             result = real(*args)
-            if self.at == "rename" and name == "rename":
+            if self.at == "rename" and name == "mergeInto":  # merged and renamed into place
                 raise Killed
             if self.at == "manifest" and name == "create" and "_cp_manifest" in args[0]:
                 raise Killed

@@ -33,6 +33,7 @@ from django.conf import settings
 from controlplane.accounts.models import digest
 from controlplane.definitions import checkpoints
 from controlplane.definitions.models import Pipeline, Run, SparkApplication
+from jobs import hadoop
 from jobs.connections import kafka_client_config
 from jobs.files import write_private
 from jobs.jvm import driver_conf, spark_jars
@@ -252,6 +253,8 @@ def driver_env(environ=None) -> dict[str, str]:
         if _named(name, allowed) and not _named(name, NEVER_TO_DRIVERS)
     }
     env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    # Who the driver is to HDFS (simple authentication reads it before any Spark setting).
+    env.update(hadoop.driver_env(checkpoints.for_driver()))
     host = settings.CONTROLPLANE_SPARK_UI_HOST
     if host and host != "*":
         # Spark binds its UI (and the driver's RPC endpoint) to SPARK_LOCAL_IP, else to

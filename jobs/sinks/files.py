@@ -21,7 +21,9 @@ any point:
 - a batch's staging is written with mode overwrite and its marker created after it: a
   replayed batch with a marker is skipped, one without is written again from scratch;
 - a roll writes its plan (its inputs and the finished file's name) before anything else,
-  merges into a hidden file, renames it into place (atomic on HDFS and local file systems),
+  merges into a hidden file, renames it into place (atomic on HDFS and local file systems;
+  on S3, which has no rename, it writes the final name itself, which appears whole when its
+  upload completes, and a re-run of the plan writes the same rows under it again),
   records it in the manifest, and only then deletes its inputs. A restart first finishes
   every plan left: a finished file already in place is kept, else it is merged again from the
   same inputs into the same name. So no row is lost (inputs outlive the plan) and none is
@@ -334,11 +336,15 @@ class FileSink:
                     STAGING, MERGING, f"{seq:08d}-{uuid.uuid4().hex[:8]}.{EXTENSIONS[fmt]}"
                 )
                 inputs = [self.path(p) for p in planned["inputs"]]
+                # On HDFS and local disks: merged into `merging`, renamed into place; on S3
+                # (no rename there, only copies): written under the final name, which
+                # appears whole by its upload's completion (FileSink.mergeInto).
                 size, rows = (
-                    int(v) for v in self.jfs.merge(fmt, self._strings(inputs), merging, self.conf)
+                    int(v)
+                    for v in self.jfs.mergeInto(
+                        fmt, self._strings(inputs), merging, final, self.conf
+                    )
                 )
-                if not self.jfs.rename(merging, final, self.conf):
-                    raise RuntimeError(f"{final} appeared while {merging} was merged")
                 merged = size
             entry = {
                 "seq": seq,

@@ -16,6 +16,9 @@ import org.apache.avro.file.DataFileWriter;
 import org.apache.avro.generic.GenericDatumReader;
 import org.apache.avro.generic.GenericDatumWriter;
 import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.CommonPathCapabilities;
+import org.apache.hadoop.fs.FSDataOutputStream;
+import org.apache.hadoop.fs.FileAlreadyExistsException;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
@@ -25,7 +28,9 @@ import org.apache.parquet.hadoop.ParquetWriter;
 import org.apache.parquet.hadoop.metadata.BlockMetaData;
 import org.apache.parquet.hadoop.metadata.ParquetMetadata;
 import org.apache.parquet.hadoop.util.HadoopInputFile;
-import org.apache.parquet.hadoop.util.HadoopOutputFile;
+import org.apache.parquet.hadoop.util.HadoopStreams;
+import org.apache.parquet.io.OutputFile;
+import org.apache.parquet.io.PositionOutputStream;
 import org.apache.parquet.schema.MessageType;
 
 /**
@@ -38,12 +43,45 @@ import org.apache.parquet.schema.MessageType;
  * DataFileWriter.appendAllFrom}, no recompression), Parquet row groups as they are ({@code
  * ParquetFileReader.appendTo}: column chunks copied, not re-encoded). Every input must have
  * the output's schema (the caller groups staged files by the schema their batch wrote).
+ *
+ * <p>On an object store (S3A: its output streams can be aborted, and a file written appears
+ * only when its stream is closed, whole) files are written under their final names: a rename
+ * there is a copy and a delete, neither atomic nor cheap. See {@link #writesInPlace}.
  */
 public final class FileSink {
   private FileSink() {}
 
   private static FileSystem fs(Path path, Configuration conf) throws IOException {
     return path.getFileSystem(conf);
+  }
+
+  /**
+   * Whether files written under {@code path} appear only when their stream is closed, whole,
+   * and an unfinished one can be aborted without a trace (S3A; not HDFS nor a local disk, where
+   * a file being written is visible): then a file is written directly under its final name.
+   */
+  public static boolean writesInPlace(String path, Configuration conf) throws IOException {
+    Path p = new Path(path);
+    return inPlace(fs(p, conf), p);
+  }
+
+  static boolean inPlace(FileSystem fs, Path path) throws IOException {
+    return fs.hasPathCapability(path, CommonPathCapabilities.ABORTABLE_STREAM);
+  }
+
+  /** Makes sure nothing of an unfinished output becomes visible: aborted where the file
+   * system can (an object store's upload), then closed (releases an HDFS lease). */
+  static void abandon(FSDataOutputStream out) {
+    try {
+      out.abort();
+    } catch (UnsupportedOperationException notAbortable) {
+      // HDFS, local disks: the partial file stays under its (hidden) name
+    }
+    try {
+      out.close();
+    } catch (IOException | RuntimeException ignored) {
+      // the failure being handled is the one to report
+    }
   }
 
   /** Whether a name is hidden from readers (Spark, pyarrow and Hive skip "_" and "."). */
@@ -165,13 +203,33 @@ public final class FileSink {
 
   /**
    * Creates {@code path} with {@code text}, whole or not at all: written to a hidden file
-   * beside it, then renamed. False (and nothing changed) when the path exists already.
+   * beside it, then renamed (on an object store: under its name, visible on close). False (and
+   * nothing changed) when the path exists already.
    */
   public static boolean create(String path, String text, Configuration conf) throws IOException {
     Path target = new Path(path);
     FileSystem fs = fs(target, conf);
     if (fs.exists(target)) {
       return false;
+    }
+    if (inPlace(fs, target)) {
+      FSDataOutputStream out;
+      try {
+        out = fs.create(target, false); // S3A looks for the name once more
+      } catch (FileAlreadyExistsException taken) {
+        return false;
+      }
+      boolean written = false;
+      try {
+        out.write(text.getBytes(StandardCharsets.UTF_8));
+        written = true;
+      } finally {
+        if (!written) {
+          abandon(out);
+        }
+      }
+      out.close(); // the upload: the file appears whole, or this throws and it does not
+      return true;
     }
     Path temp = new Path(target.getParent(), "." + target.getName() + ".tmp-" + UUID.randomUUID());
     try (OutputStream out = fs.create(temp, false)) {
@@ -216,88 +274,126 @@ public final class FileSink {
   }
 
   /**
+   * A roll's file: {@code inputs} merged into {@code output}; returns {bytes, rows} of it.
+   * Where files are written in place (an object store) the merge writes {@code output} itself,
+   * which appears on close, whole: a kill before leaves nothing under the name, and the roll's
+   * plan, written ahead, makes the next driver merge the same inputs into the same name again
+   * (a file there is replaced by one with the same rows). Elsewhere it merges into {@code
+   * merging}, a hidden file, renamed into place once whole; an {@code output} there already
+   * fails it. (The caller keeps a file it finds under the name: whole either way.)
+   */
+  public static long[] mergeInto(
+      String format, String[] inputs, String merging, String output, Configuration conf)
+      throws IOException {
+    Path target = new Path(output);
+    FileSystem fs = fs(target, conf);
+    if (inPlace(fs, target)) {
+      return merge(format, inputs, output, conf);
+    }
+    long[] merged = merge(format, inputs, merging, conf);
+    if (!rename(merging, output, conf)) {
+      throw new IOException(output + " appeared while " + merging + " was merged");
+    }
+    return merged;
+  }
+
+  /**
    * Merges {@code inputs} into {@code output} (replaced if it exists) in the sink's format;
-   * returns {bytes, rows} of the output.
+   * returns {bytes, rows} of the output. A merge that fails leaves no file under the name on an
+   * object store (its upload is aborted), a partial one elsewhere.
    */
   public static long[] merge(String format, String[] inputs, String output, Configuration conf)
       throws IOException {
     if (inputs.length == 0) {
       throw new IllegalArgumentException("nothing to merge into " + output);
     }
+    if (!format.equals("json") && !format.equals("avro") && !format.equals("parquet")) {
+      throw new IllegalArgumentException("no merge for format " + format);
+    }
     Path out = new Path(output);
     FileSystem fs = fs(out, conf);
+    FSDataOutputStream stream = fs.create(out, true);
     long rows;
-    switch (format) {
-      case "json":
-        rows = mergeLines(fs, inputs, out, conf);
-        break;
-      case "avro":
-        mergeAvro(fs, inputs, out, conf);
-        rows = rows(format, output, conf);
-        break;
-      case "parquet":
-        rows = mergeParquet(inputs, out, conf);
-        break;
-      default:
-        throw new IllegalArgumentException("no merge for format " + format);
+    boolean done = false;
+    try {
+      switch (format) {
+        case "json":
+          rows = mergeLines(stream, inputs, conf);
+          break;
+        case "avro":
+          mergeAvro(stream, inputs, conf);
+          rows = -1;
+          break;
+        default:
+          rows = mergeParquet(stream, fs.getDefaultBlockSize(out), inputs, conf);
+      }
+      done = true;
+    } finally {
+      if (!done) {
+        abandon(stream);
+      }
+    }
+    if (rows < 0) {
+      rows = rows(format, output, conf);
     }
     return new long[] {fs.getFileStatus(out).getLen(), rows};
   }
 
-  /** JSON lines: the inputs one after the other (a newline added where one lacks it). */
-  static long mergeLines(FileSystem fs, String[] inputs, Path out, Configuration conf)
+  /** JSON lines: the inputs one after the other (a newline added where one lacks it); closes
+   * {@code sink} once all are written. */
+  static long mergeLines(FSDataOutputStream sink, String[] inputs, Configuration conf)
       throws IOException {
     long lines = 0;
     byte[] buffer = new byte[1 << 16];
-    try (OutputStream sink = fs.create(out, true)) {
-      for (String input : inputs) {
-        Path p = new Path(input);
-        int last = '\n';
-        try (InputStream in = fs(p, conf).open(p)) {
-          int n;
-          while ((n = in.read(buffer)) > 0) {
-            sink.write(buffer, 0, n);
-            for (int i = 0; i < n; i++) {
-              if (buffer[i] == '\n') {
-                lines++;
-              }
+    for (String input : inputs) {
+      Path p = new Path(input);
+      int last = '\n';
+      try (InputStream in = fs(p, conf).open(p)) {
+        int n;
+        while ((n = in.read(buffer)) > 0) {
+          sink.write(buffer, 0, n);
+          for (int i = 0; i < n; i++) {
+            if (buffer[i] == '\n') {
+              lines++;
             }
-            last = buffer[n - 1];
           }
-        }
-        if (last != '\n') {
-          sink.write('\n');
-          lines++;
+          last = buffer[n - 1];
         }
       }
+      if (last != '\n') {
+        sink.write('\n');
+        lines++;
+      }
     }
+    sink.close();
     return lines;
   }
 
-  /** Avro object container files: the inputs' blocks copied as they are. */
-  static void mergeAvro(FileSystem fs, String[] inputs, Path out, Configuration conf)
+  /** Avro object container files: the inputs' blocks copied as they are; closes {@code sink}
+   * once all are written (the caller abandons it on failure). */
+  static void mergeAvro(FSDataOutputStream sink, String[] inputs, Configuration conf)
       throws IOException {
-    try (DataFileWriter<Object> writer = new DataFileWriter<>(new GenericDatumWriter<>())) {
-      boolean started = false;
-      for (String input : inputs) {
-        Path p = new Path(input);
-        try (DataFileStream<Object> stream =
-            new DataFileStream<>(fs(p, conf).open(p), new GenericDatumReader<>())) {
-          if (!started) {
-            String codec = stream.getMetaString(DataFileConstants.CODEC);
-            writer.setCodec(CodecFactory.fromString(codec == null ? "null" : codec));
-            for (String key : stream.getMetaKeys()) {
-              if (!key.startsWith("avro.")) {
-                writer.setMeta(key, stream.getMeta(key));
-              }
+    DataFileWriter<Object> writer = new DataFileWriter<>(new GenericDatumWriter<>());
+    boolean started = false;
+    for (String input : inputs) {
+      Path p = new Path(input);
+      try (DataFileStream<Object> stream =
+          new DataFileStream<>(fs(p, conf).open(p), new GenericDatumReader<>())) {
+        if (!started) {
+          String codec = stream.getMetaString(DataFileConstants.CODEC);
+          writer.setCodec(CodecFactory.fromString(codec == null ? "null" : codec));
+          for (String key : stream.getMetaKeys()) {
+            if (!key.startsWith("avro.")) {
+              writer.setMeta(key, stream.getMeta(key));
             }
-            writer.create(stream.getSchema(), fs.create(out, true));
-            started = true;
           }
-          writer.appendAllFrom(stream, false);
+          writer.create(stream.getSchema(), sink);
+          started = true;
         }
+        writer.appendAllFrom(stream, false);
       }
     }
+    writer.close(); // flushes the last block, closes sink
   }
 
   /** Spark's Parquet footer keys that say how to read every row group's dates. */
@@ -305,8 +401,36 @@ public final class FileSink {
     "org.apache.spark.legacyDateTime", "org.apache.spark.legacyINT96"
   };
 
-  /** Parquet: the inputs' row groups copied as they are, under the first input's schema. */
-  static long mergeParquet(String[] inputs, Path out, Configuration conf) throws IOException {
+  /** Parquet's view of an output stream opened by the caller. */
+  private static OutputFile outputFile(FSDataOutputStream stream, long blockSize) {
+    return new OutputFile() {
+      @Override
+      public PositionOutputStream create(long blockSizeHint) {
+        return HadoopStreams.wrap(stream);
+      }
+
+      @Override
+      public PositionOutputStream createOrOverwrite(long blockSizeHint) {
+        return HadoopStreams.wrap(stream);
+      }
+
+      @Override
+      public boolean supportsBlockSize() {
+        return blockSize > 0;
+      }
+
+      @Override
+      public long defaultBlockSize() {
+        return blockSize;
+      }
+    };
+  }
+
+  /** Parquet: the inputs' row groups copied as they are, under the first input's schema;
+   * closes {@code sink} once all are written (the caller abandons it on failure). */
+  static long mergeParquet(
+      FSDataOutputStream sink, long blockSize, String[] inputs, Configuration conf)
+      throws IOException {
     ParquetMetadata first;
     try (ParquetFileReader reader =
         ParquetFileReader.open(HadoopInputFile.fromPath(new Path(inputs[0]), conf))) {
@@ -316,7 +440,7 @@ public final class FileSink {
     Map<String, String> meta = first.getFileMetaData().getKeyValueMetaData();
     ParquetFileWriter writer =
         new ParquetFileWriter(
-            HadoopOutputFile.fromPath(out, conf),
+            outputFile(sink, blockSize),
             schema,
             ParquetFileWriter.Mode.OVERWRITE,
             ParquetWriter.DEFAULT_BLOCK_SIZE,
@@ -346,11 +470,12 @@ public final class FileSink {
           reader.appendTo(writer);
         }
       }
-      writer.end(meta);
+      writer.end(meta); // closes sink
       done = true;
     } finally {
       if (!done) {
-        writer.abort(); // closes the stream: no lease held on a half-written file
+        abandon(sink); // before Parquet closes it: an object store publishes on close
+        writer.abort();
       }
     }
     return rows;
