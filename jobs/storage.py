@@ -29,6 +29,7 @@ import errno
 import os
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -41,6 +42,10 @@ import requests
 # A file the control plane reads whole (a log entry, a pin, metadata) is small; one larger
 # than this is not a checkpoint's and is not read into memory.
 MAX_READ_BYTES = 16 * 1024 * 1024
+# How long a store that did not answer is left alone (calls fail at once meanwhile).
+UNREACHABLE_SECONDS = 10.0
+DID_NOT_ANSWER = "did not answer in time"
+COULD_NOT_CONNECT = "could not connect"
 LOCAL_SCHEMES = ("", "file")
 HDFS_SCHEMES = ("hdfs",)
 S3_SCHEMES = ("s3a", "s3", "s3n")
@@ -141,12 +146,29 @@ def basename(uri: str) -> str:
 
 
 class Storage:
-    """One store. Every method takes locations as the URIs (or local paths) Spark uses."""
+    """One store. Every method takes locations as the URIs (or local paths) Spark uses.
+
+    A store that did not answer (or refused the connection) is not asked again for
+    UNREACHABLE_SECONDS: every call meanwhile fails at once with the same words, so that a
+    round over many pipelines (the metrics collector, the reconciler) is not held up by one
+    timeout per pipeline while HDFS or S3 is down."""
 
     scheme = "file"
 
     def __init__(self, settings: StorageSettings):
         self.settings = settings
+        self._down_until = 0.0
+        self._down_because = ""
+
+    def _check_reachable(self) -> None:
+        if self._down_until and time.monotonic() < self._down_until:
+            raise StorageError(errno.EHOSTDOWN, self._down_because)
+
+    def _unreachable(self, message: str) -> StorageError:
+        """Remember that the store is down (message said), for UNREACHABLE_SECONDS."""
+        self._down_until = time.monotonic() + UNREACHABLE_SECONDS
+        self._down_because = f"{message} (not asked again for {UNREACHABLE_SECONDS:g} s)"
+        return StorageError(errno.EHOSTDOWN, message)
 
     # -- reading ---------------------------------------------------------------------------
     def exists(self, uri: str) -> bool:
@@ -373,10 +395,15 @@ class HdfsStorage(Storage):
         return parts.path or "/"
 
     def _call(self, op: str, uri: str, method: str = "get", **params) -> requests.Response:
+        self._check_reachable()
         try:
             return self.fs._call(op, method=method, path=self._path(uri), **params)
         except FileNotFoundError:
             raise
+        except (requests.Timeout, requests.ConnectionError) as exc:
+            raise self._unreachable(
+                f"HDFS at {self.address}: {op} {self._path(uri)}: {_brief(exc)}"
+            ) from None
         except (requests.RequestException, RuntimeError, ValueError) as exc:
             raise StorageError(
                 errno.EIO, f"HDFS at {self.address}: {op} {self._path(uri)}: {_brief(exc)}"
@@ -530,9 +557,9 @@ def _brief(exc: BaseException) -> str:
         timeouts += (ConnectTimeoutError, BotoReadTimeout)
         refused += (EndpointConnectionError,)
     if isinstance(exc, timeouts):
-        return "did not answer in time"
+        return DID_NOT_ANSWER
     if isinstance(exc, refused):
-        return "could not connect"
+        return COULD_NOT_CONNECT
     return text.split("?", 1)[0][:300]
 
 
@@ -583,6 +610,7 @@ class S3Storage(Storage):
 
     @contextlib.contextmanager
     def _errors(self, what: str):
+        self._check_reachable()
         try:
             yield
         except FileNotFoundError:
@@ -590,6 +618,9 @@ class S3Storage(Storage):
         except StorageError:
             raise
         except (OSError, Exception) as exc:  # botocore, aiohttp and s3fs errors alike
+            brief = _brief(exc)
+            if brief in (DID_NOT_ANSWER, COULD_NOT_CONNECT):
+                raise self._unreachable(f"S3 at {self.endpoint}: {what}: {brief}") from None
             if isinstance(exc, PermissionError):
                 raise StorageError(
                     errno.EACCES, f"S3 at {self.endpoint}: {what}: refused"

@@ -138,6 +138,11 @@ def test_a_store_that_does_not_answer_fails_the_call_in_words(kind, silent_addre
     message = str(caught.value)
     assert silent_address in message and "did not answer in time" in message
     assert "s3cr3t" not in message and "Traceback" not in message
+    # Not asked again for a while: the next call fails at once, in the same words (a round
+    # over many pipelines is not held up by one timeout each).
+    with pytest.raises(StorageError, match="not asked again for") as again:
+        store.exists(join(root, "other"))
+    assert silent_address in str(again.value)
 
 
 def test_a_store_that_is_down_fails_the_call_in_words():
