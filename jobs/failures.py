@@ -15,7 +15,15 @@ What is looked at, from the exception the driver caught down through its causes 
   `PySparkException.getCondition()`) and, for analysis errors, by type (`AnalysisException`);
 * Postgres errors by SQLSTATE (psycopg's `Error.sqlstate`, JDBC's `SQLException.getSQLState()`);
 * Kafka's client errors by class (Java's `org.apache.kafka.common.errors.*`, kafka-python's
-  `kafka.errors.*`).
+  `kafka.errors.*`);
+* the stores checkpoints and files sinks live on (HDFS, S3), down, not ready or throttling:
+  transient, and said in words naming the store ("the checkpoint store HDFS at nn:8020 could
+  not be reached: ..."). By class (SafeModeException, StandbyException, RetriableException,
+  S3A's and the AWS SDK's service exceptions with their HTTP status); for a RemoteException,
+  by the class the NameNode raised (`getClassName()`); for a network failure (refused,
+  reset, timed out), by where it was thrown: the stack frames' classes, HDFS's client or
+  S3's (never the message). Which store is which comes from the pipeline's configuration
+  (`name_stores`).
 
 A foreachBatch function's exception reaches the driver wrapped by Spark
 (FOREACH_BATCH_USER_FUNCTION_ERROR, around py4j's "exception raised by the Python proxy"), its
@@ -36,10 +44,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 PERMANENT = "permanent"
 TRANSIENT = "transient"
@@ -161,8 +170,62 @@ _JAVA_CLASSES = {
     "org.apache.kafka.common.errors.InvalidTopicException": NO_TOPIC,
     "org.apache.kafka.common.errors.AuthenticationException": CREDENTIALS,
     "org.apache.kafka.common.errors.AuthorizationException": PRIVILEGES,
+    # HDFS refused the user a path (its permissions or ACLs): an HDFS admin must change them.
+    "org.apache.hadoop.security.AccessControlException": PRIVILEGES,
 }
 _PY4J_PROXY_ERROR = "py4j.Py4JException"  # a Python callback's (foreachBatch's) exception
+
+# The stores checkpoints and files sinks are on: what a failure of one is, in words, after
+# the store's name (`name_stores`: "the checkpoint store HDFS at nn:8020"; else "HDFS", "S3").
+HDFS, S3 = "hdfs", "s3"
+UNREACHABLE = "could not be reached"
+_STORE_CLASSES: dict[str, tuple[str, str]] = {
+    "org.apache.hadoop.hdfs.server.namenode.SafeModeException": (HDFS, "is in safe mode"),
+    "org.apache.hadoop.ipc.StandbyException": (HDFS, "answered from a standby NameNode"),
+    "org.apache.hadoop.ipc.RetriableException": (HDFS, "asked to be retried later"),
+    "org.apache.hadoop.hdfs.server.namenode.NotReplicatedYetException": (
+        HDFS,
+        "has not replicated a block yet",
+    ),
+    "org.apache.hadoop.hdfs.BlockMissingException": (
+        HDFS,
+        "has no live DataNode holding a block it needs",
+    ),
+    "org.apache.hadoop.fs.s3a.AWSApiCallTimeoutException": (S3, "did not answer in time"),
+    "org.apache.hadoop.fs.s3a.AWSNoResponseException": (S3, "did not answer"),
+    "software.amazon.awssdk.core.exception.ApiCallTimeoutException": (S3, "did not answer in time"),
+    "software.amazon.awssdk.core.exception.ApiCallAttemptTimeoutException": (
+        S3,
+        "did not answer in time",
+    ),
+}
+# What the NameNode raised travels as a RemoteException naming its class (getClassName()).
+_REMOTE = "org.apache.hadoop.ipc.RemoteException"
+# An answer of S3 with an HTTP status: S3A's wrapper and the AWS SDK's own exception.
+_S3_ANSWERS = (
+    "org.apache.hadoop.fs.s3a.AWSServiceIOException",
+    "software.amazon.awssdk.awscore.exception.AwsServiceException",
+)
+# A write to a DataNode that failed (none left to write to): thrown by the writing thread.
+_DATA_STREAMER = "org.apache.hadoop.hdfs.DataStreamer"
+# A network failure (refused, no route, reset, closed mid-answer, timed out, no such host):
+# the store it was on is told by the classes of its stack frames (_ORIGINS).
+_NETWORK = (
+    "java.net.SocketException",
+    "java.net.SocketTimeoutException",
+    "java.net.UnknownHostException",
+    "java.io.EOFException",
+)
+_ORIGINS = (
+    (HDFS, ("org.apache.hadoop.hdfs.",)),
+    (S3, ("org.apache.hadoop.fs.s3a.", "software.amazon.")),
+)
+# Frames looked at (each is a call into the JVM): a NameNode call's client frames are within
+# the first 30 (below the reflection and NetUtils frames that wrap the exception).
+MAX_FRAMES = 64
+# Our own store client's exception (jobs.storage, without a JVM), by class.
+_STORAGE_ERROR = "jobs.storage.StorageError"
+STORE_FAILED = "a checkpoint or files store could not be used"
 
 
 def _of_condition(condition: str) -> str | None:
@@ -223,6 +286,7 @@ class _Link:
     sqlstate: str = ""
     what: str | None = None  # the permanent kind its type says, if any
     lost: bool = False  # a Python exception whose type did not survive the JVM
+    fault: str | None = None  # a store down, not ready or throttling, in words (transient)
 
 
 def _python_link(exc: BaseException) -> _Link:
@@ -247,20 +311,36 @@ def _python_link(exc: BaseException) -> _Link:
             link.what = ANALYSIS
     if link.what is None and _module(exc) == "kafka":
         link.what = _of_kafka_python(exc)
+    if link.what is None and _STORAGE_ERROR in _python_classes(exc):
+        # jobs.storage's words name the store and what failed ("HDFS at nn:9870: OPEN
+        # /cp/metadata: could not connect"): its strerror, without "[Errno 5]".
+        link.fault = STORE_FAILED
+        link.message = str(getattr(exc, "strerror", None) or exc)
     return link
 
 
-def _java_link(java: Any) -> _Link:
+def _python_classes(exc: BaseException) -> list[str]:
+    return [f"{c.__module__}.{c.__qualname__}" for c in type(exc).__mro__]
+
+
+def _java_link(java: Any, stores: Mapping[str, str]) -> _Link:
     classes = []
     cls = java.getClass()
     while cls is not None and len(classes) < 16:
         classes.append(str(cls.getName()))
         cls = cls.getSuperclass()
     link = _Link(type=classes[0] if classes else "java", message=str(java.getMessage() or ""))
-    for name in classes:
+    # What the NameNode raised, by its class's name (the client's RemoteException carries it).
+    remote = str(_call(java, "getClassName") or "") if _REMOTE in classes else ""
+    link.type = remote or link.type
+    for name in (remote, *classes) if remote else classes:
         if name in _JAVA_CLASSES:
             link.what = _JAVA_CLASSES[name]
             break
+    if link.what is None:
+        found = _store_fault(java, classes, remote, stores)
+        if found is not None:
+            link.fault, link.type = found
     condition = _call(java, "getCondition")
     if condition:
         link.condition = str(condition)
@@ -279,7 +359,66 @@ def _java_link(java: Any) -> _Link:
     return link
 
 
-def _links(exc: BaseException, batch_error: BaseException | None) -> Iterator[_Link]:
+def _store_fault(
+    java: Any, classes: list[str], remote: str, stores: Mapping[str, str]
+) -> tuple[str, str] | None:
+    """(in words, the deciding class) if `java` is a failure of the store a checkpoint or a
+    files sink is on (down, not ready, throttling), else None."""
+    if remote:
+        if remote in _STORE_CLASSES:
+            kind, what = _STORE_CLASSES[remote]
+            return f"{_store(stores, kind)} {what}", remote
+        # Any other refusal of the NameNode ("could only be written to 0 of the 1
+        # minReplication nodes" is a java.io.IOException there): its class and message say it.
+        return f"{_store(stores, HDFS)} refused the request", remote
+    for name in classes:
+        if name in _STORE_CLASSES:
+            kind, what = _STORE_CLASSES[name]
+            return f"{_store(stores, kind)} {what}", classes[0]
+    if any(name in _S3_ANSWERS for name in classes):
+        status = _call(java, "statusCode")
+        if not isinstance(status, int) or not (status >= 500 or status == 429):
+            return None  # a refusal (403, 404...): not the store being down
+        details = _call(java, "awsErrorDetails")
+        code = _call(details, "errorCode") if details is not None else None
+        return f"{_store(stores, S3)} answered {status}{f' {code}' if code else ''}", classes[0]
+    if any(name in _NETWORK for name in classes):
+        origin = _origin(java)
+        return (f"{_store(stores, origin)} {UNREACHABLE}", classes[0]) if origin else None
+    if classes[0] == "java.io.IOException" and any(
+        name.startswith(_DATA_STREAMER) for name in _frames(java, 1)
+    ):
+        return f"{_store(stores, HDFS)} lost the DataNodes a file was written to", classes[0]
+    return None
+
+
+def _store(stores: Mapping[str, str], kind: str) -> str:
+    return stores.get(kind) or ("HDFS" if kind == HDFS else "S3")
+
+
+def _origin(java: Any) -> str | None:
+    """The store whose client threw `java`: HDFS's or S3's, by its stack frames' classes."""
+    for name in _frames(java, MAX_FRAMES):
+        for kind, packages in _ORIGINS:
+            if name.startswith(packages):
+                return kind
+    return None
+
+
+def _frames(java: Any, limit: int) -> list[str]:
+    """The classes of the first `limit` frames of `java`'s stack."""
+    frames = _call(java, "getStackTrace")
+    if frames is None:
+        return []
+    try:
+        return [str(frames[i].getClassName()) for i in range(min(len(frames), limit))]
+    except Exception:  # the JVM cannot answer: no frames to go by
+        return []
+
+
+def _links(
+    exc: BaseException, batch_error: BaseException | None, stores: Mapping[str, str]
+) -> Iterator[_Link]:
     """Every exception in `exc`'s causes, outermost first, each once; a foreachBatch
     function's own exception (`batch_error`) where Spark's wrapper of it is."""
     seen: set[Any] = set()
@@ -297,9 +436,12 @@ def _links(exc: BaseException, batch_error: BaseException | None) -> Iterator[_L
             yield _python_link(current)
             java = _java_of(current)
             pending[:0] = [java] if java is not None else []
-            pending += [current.__cause__, current.__context__]
+            # `raise X from None` (PySpark's conversion of a py4j error) hides the context:
+            # it is the same failure, told again.
+            context = None if current.__suppress_context__ else current.__context__
+            pending += [current.__cause__, context]
             continue
-        link = _java_link(current)
+        link = _java_link(current, stores)
         if batch is not None and (
             link.type == _PY4J_PROXY_ERROR or link.condition.startswith(FOREACH_BATCH)
         ):
@@ -344,13 +486,21 @@ def _module(exc: BaseException) -> str:
 # -- the verdict -----------------------------------------------------------------------------
 
 
-def classify(exc: BaseException, *, batch_error: BaseException | None = None) -> Verdict | None:
+def classify(
+    exc: BaseException,
+    *,
+    batch_error: BaseException | None = None,
+    stores: Mapping[str, str] | None = None,
+) -> Verdict | None:
     """The verdict on the exception a run failed with: permanent if any exception among its
     causes is of a kind restarting cannot fix (the outermost such one says why), else
-    transient. None when its type did not survive the way to the driver (an exception
-    raised in a Python worker): nothing typed can be said. `batch_error`: the exception the
-    query's foreachBatch function raised (`raised_in_batch()`), if any."""
-    links = list(_links(exc, batch_error))
+    transient: said as a store's failure where one is among the causes (the outermost), else
+    by the innermost cause. None when its type did not survive the way to the driver (an
+    exception raised in a Python worker) and no store failed: nothing typed can be said.
+    `batch_error`: the exception the query's foreachBatch function raised
+    (`raised_in_batch()`), if any; `stores`: how the pipeline's stores are named
+    (`stores_of()`)."""
+    links = list(_links(exc, batch_error, stores or {}))
     for link in links:
         if link.what is not None:
             return Verdict(
@@ -359,10 +509,19 @@ def classify(exc: BaseException, *, batch_error: BaseException | None = None) ->
                 _clip(link.type, MAX_TYPE),
                 _clip(link.condition or link.sqlstate, MAX_CONDITION),
             )
+    condition = next((x.condition or x.sqlstate for x in links if x.condition or x.sqlstate), "")
+    fault = next((link for link in links if link.fault), None)
+    if fault is not None:
+        short = fault.type.rsplit(".", 1)[-1]
+        return Verdict(
+            TRANSIENT,
+            _clip(f"{fault.fault}: {short}: {_detail(fault.message)}", MAX_REASON),
+            _clip(fault.type, MAX_TYPE),
+            _clip(condition, MAX_CONDITION),
+        )
     if any(link.lost for link in links):
         return None
     root = links[-1]  # the innermost cause: what went wrong first
-    condition = next((x.condition or x.sqlstate for x in links if x.condition or x.sqlstate), "")
     short = root.type.rsplit(".", 1)[-1]
     return Verdict(
         TRANSIENT,
@@ -404,6 +563,60 @@ def recording(query: str, function: Callable[[Any, int], None]) -> Callable[[Any
 def raised_in_batch(query: str | None) -> BaseException | None:
     """What the query's foreachBatch function last raised (`recording`), if anything."""
     return _RAISED_IN_BATCH.get(query) if query else None
+
+
+# -- how a pipeline's stores are named in words ------------------------------------------------
+
+_STORE_NAMES: dict[str, dict[str, str]] = {}
+
+
+def store_names(
+    checkpoint: str, files_roots: Iterable[str] = (), s3_endpoint: str | None = None
+) -> dict[str, str]:
+    """How a failure's words name the distributed stores of a pipeline whose checkpoint and
+    files sinks are at these URIs, by kind: {"hdfs": "the checkpoint store HDFS at nn:8020",
+    "s3": "the files sink's S3 at https://s3.example"}. (Addresses only: no keys, no paths.)"""
+    roles: dict[str, list[str]] = {}
+    places: dict[str, set[str]] = {}
+    for role, uri in [("checkpoint", checkpoint), *(("files", root) for root in files_roots)]:
+        scheme = urlsplit(uri).scheme.lower() if "://" in uri else ""
+        kind = HDFS if scheme == "hdfs" else S3 if scheme in ("s3a", "s3", "s3n") else None
+        if kind is None:
+            continue
+        if role not in roles.setdefault(kind, []):
+            roles[kind].append(role)
+        where = _address(uri) if kind == HDFS else _address(s3_endpoint) or "AWS"
+        places.setdefault(kind, set()).add(where)
+    names = {}
+    for kind, found in roles.items():
+        store = "HDFS" if kind == HDFS else "S3"
+        if len(places[kind]) == 1:  # several HDFS clusters: which one is in the message
+            store = f"{store} at {next(iter(places[kind]))}"
+        whose = {
+            ("checkpoint",): "the checkpoint store",
+            ("files",): "the files sink's",
+        }.get(tuple(found), "the checkpoint store and files sink")
+        names[kind] = f"{whose} {store}"
+    return names
+
+
+def _address(url: str | None) -> str:
+    """Where a URL points, without what is not an address (user name, password, path)."""
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://{host}" if parts.scheme in ("http", "https") else host
+
+
+def name_stores(pipeline: str, names: Mapping[str, str]) -> None:
+    """Remember how pipeline `pipeline`'s stores are named (store_names), for its verdict."""
+    _STORE_NAMES[pipeline] = dict(names)
+
+
+def stores_of(pipeline: str | None) -> dict[str, str]:
+    """How the pipeline's stores are named ({} before name_stores)."""
+    return _STORE_NAMES.get(pipeline, {}) if pipeline else {}
 
 
 # -- the verdict file ------------------------------------------------------------------------

@@ -720,6 +720,17 @@ def _count_all():
     return F.count(F.lit(1)).alias("n")
 
 
+def _store_names(config: RunConfig) -> dict[str, str]:
+    roots = [
+        (config.sink_config(i).get("files") or {}).get("root")
+        for i in range(len(config.spec.all_sinks()))
+    ]
+    s3 = (config.storage or {}).get("s3") or {}
+    return failures.store_names(
+        config.checkpoint, [r for r in roots if isinstance(r, str)], s3.get("endpoint")
+    )
+
+
 def query_active(spark, query_id: str) -> bool:
     """Whether the streaming query with this id runs in the application (one lookup, however
     many queries a shared application runs)."""
@@ -1028,6 +1039,9 @@ def source_reads(spec: PipelineSpec) -> int:
 
 
 def start_query(spark, config: RunConfig, *, available_now: bool = False):
+    # Which of its stores is which, for the words of a failure of one (jobs.failures): the
+    # reads and writes from here on may find HDFS or S3 down.
+    failures.name_stores(config.pipeline, _store_names(config))
     for key, value in ARROW_SESSION_CONF.items():
         spark.conf.set(key, value)
     register_sources(spark)

@@ -143,7 +143,11 @@ def judge(exc: BaseException, pipeline: str | None = None) -> dict | None:
     exit report carries it; None if there is none to give. Never raises: the failure itself
     must still be reported, whatever happens here."""
     try:
-        verdict = failures.classify(exc, batch_error=failures.raised_in_batch(pipeline))
+        verdict = failures.classify(
+            exc,
+            batch_error=failures.raised_in_batch(pipeline),
+            stores=failures.stores_of(pipeline),
+        )
     except Exception:
         log.exception("the failure could not be classified")
         return None

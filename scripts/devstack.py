@@ -1225,7 +1225,7 @@ class Hdfs(Service):
 
 S3_PORT = int(os.environ.get("CONTROLPLANE_S3_PORT", "58333"))
 S3_BUCKET = "controlplane"
-S3_HEAP_OPTS = os.environ.get("CONTROLPLANE_S3_HEAP_OPTS", "-Xmx256m")
+S3_HEAP_OPTS = os.environ.get("CONTROLPLANE_S3_HEAP_OPTS", "-Xmx512m")
 
 
 class S3Proxy(Service):

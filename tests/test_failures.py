@@ -9,6 +9,7 @@ topic that does not exist, a pipeline's own query whose sink table lacks a colum
 from __future__ import annotations
 
 import json
+import os
 import uuid
 
 import psycopg
@@ -361,3 +362,597 @@ def test_a_shared_applications_member_reports_its_verdict(spark, tmp_path):
     assert report["failure"]["kind"] == PERMANENT
     assert report["failure"]["type"] == "jobs.spec.validate.SpecError"
     assert not assignment.exists()
+
+
+# -- the stores checkpoints and files sinks are on: transient, in words, by type --------------
+#
+# The Java exceptions as py4j shows them (class and superclasses, message, cause, stack
+# frames' classes, and the methods the classifier asks), with the class names, chains and
+# frames Hadoop 3.5's HDFS client, S3A and the AWS SDK v2 raise (as seen from a driver).
+
+CHECKPOINT_HDFS = "hdfs://127.0.0.1:58020/controlplane/cp/orders/checkpoint"
+S3_ENDPOINT = "http://127.0.0.1:58333"
+STORES = failures.store_names(CHECKPOINT_HDFS, ["s3a://lake/raw"], S3_ENDPOINT)
+IO = ["java.io.IOException", "java.lang.Exception", "java.lang.Throwable", "java.lang.Object"]
+SOCKET = ["java.net.SocketException", *IO]
+RUNTIME = ["java.lang.RuntimeException", *IO[1:]]
+S3A_SERVICE = [
+    "org.apache.hadoop.fs.s3a.AWSServiceIOException",
+    "org.apache.hadoop.fs.s3a.AWSClientIOException",
+    *IO,
+]
+SDK = ["software.amazon.awssdk.core.exception.SdkException", *RUNTIME]
+S3_EXCEPTION = [
+    "software.amazon.awssdk.services.s3.model.S3Exception",
+    "software.amazon.awssdk.awscore.exception.AwsServiceException",
+    "software.amazon.awssdk.core.exception.SdkServiceException",
+    *SDK,
+]
+# Where a NameNode call's failure is thrown: wrapped by NetUtils (through reflection) in the
+# caller's thread, below the RPC client and HDFS's client; the original in the IPC thread.
+WRAPPED_IN_IPC = [
+    "jdk.internal.reflect.NativeConstructorAccessorImpl",
+    "java.lang.reflect.Constructor",
+    "org.apache.hadoop.util.dynamic.DynConstructors$Ctor",
+    "org.apache.hadoop.net.NetUtils",
+    "org.apache.hadoop.ipc.Client",
+    "org.apache.hadoop.ipc.ProtobufRpcEngine2$Invoker",
+    "jdk.proxy2.$Proxy64",
+    "org.apache.hadoop.hdfs.protocolPB.ClientNamenodeProtocolTranslatorPB",
+    "org.apache.hadoop.hdfs.DFSClient",
+    "org.apache.hadoop.hdfs.DistributedFileSystem",
+    "org.apache.spark.sql.execution.streaming.checkpointing.HDFSMetadataLog",
+]
+IN_IPC_THREAD = [
+    "sun.nio.ch.Net",
+    "org.apache.hadoop.net.SocketIOWithTimeout",
+    "org.apache.hadoop.net.NetUtils",
+    "org.apache.hadoop.ipc.Client$Connection",
+]
+IN_S3A = ["org.apache.hadoop.fs.s3a.S3AUtils", "org.apache.hadoop.fs.s3a.S3AFileSystem"]
+FROM_NAMENODE = ["org.apache.hadoop.ipc.Client", *WRAPPED_IN_IPC[5:]]
+
+
+class JavaClass:
+    def __init__(self, names):
+        self.names = names
+
+    def getName(self):
+        return self.names[0]
+
+    def getSuperclass(self):
+        return JavaClass(self.names[1:]) if len(self.names) > 1 else None
+
+
+class Frame:
+    def __init__(self, name):
+        self.name = name
+
+    def getClassName(self):
+        return self.name
+
+
+class Java:
+    """A Java exception through py4j; `methods`: what else it answers (getClassName of a
+    RemoteException, statusCode and awsErrorDetails of an AWS error, getCondition...)."""
+
+    def __init__(self, classes, message="", cause=None, frames=(), **methods):
+        self.classes, self.message, self.cause, self.frames = classes, message, cause, frames
+        for name, value in methods.items():
+            setattr(self, name, lambda value=value: value)
+
+    def getClass(self):
+        return JavaClass(self.classes)
+
+    def getMessage(self):
+        return self.message
+
+    def getCause(self):
+        return self.cause
+
+    def getStackTrace(self):
+        return [Frame(name) for name in self.frames]
+
+
+class ErrorDetails:
+    def __init__(self, code):
+        self.code = code
+
+    def errorCode(self):
+        return self.code
+
+
+class JavaError(Exception):
+    """py4j's Py4JJavaError: the Java exception behind it in `java_exception`."""
+
+    def __init__(self, java):
+        super().__init__("An error occurred while calling o164.awaitTermination.")
+        self.java_exception = java
+
+
+def query_failed(cause: Java) -> JavaError:
+    """A streaming query that ended with `cause` (Spark's STREAM_FAILED around it)."""
+    return JavaError(
+        Java(
+            ["org.apache.spark.sql.streaming.StreamingQueryException", *IO[1:]],
+            f"[STREAM_FAILED] Query terminated with exception: {cause.message}",
+            cause,
+            getCondition="STREAM_FAILED",
+        )
+    )
+
+
+def refused_namenode(cls="java.net.ConnectException", supers=SOCKET, what="Connection refused"):
+    inner = Java([cls, *supers], what, frames=IN_IPC_THREAD)
+    return Java(
+        [cls, *supers],
+        f"Call From vm/127.0.0.1 to localhost:58020 failed on connection exception: {cls}:"
+        f" {what}; For more details see:  http://wiki.apache.org/hadoop/ConnectionRefused",
+        inner,
+        frames=WRAPPED_IN_IPC,
+    )
+
+
+def from_namenode(cls, message):
+    """What the NameNode raised, as its client throws it: a RemoteException naming it."""
+    return Java(
+        ["org.apache.hadoop.ipc.RemoteException", *IO],
+        message,
+        frames=FROM_NAMENODE,
+        getClassName=cls,
+    )
+
+
+def s3_answer(s3a_class, status, code, message):
+    sdk = Java(
+        S3_EXCEPTION,
+        f"{message} (Service: S3, Status Code: {status})",
+        statusCode=status,
+        awsErrorDetails=ErrorDetails(code),
+    )
+    return Java(
+        [s3a_class, *S3A_SERVICE],
+        f"getFileStatus on s3a://lake/raw/x: {message}",
+        sdk,
+        frames=IN_S3A,
+        statusCode=status,
+        awsErrorDetails=ErrorDetails(code),
+    )
+
+
+HDFS_AT = "the checkpoint store HDFS at 127.0.0.1:58020"
+S3_AT = f"the files sink's S3 at {S3_ENDPOINT}"
+SAFE_MODE = "org.apache.hadoop.hdfs.server.namenode.SafeModeException"
+
+
+@pytest.mark.parametrize(
+    ("cause", "words", "type_"),
+    [
+        pytest.param(
+            refused_namenode(),
+            f"{HDFS_AT} could not be reached: ConnectException: Call From vm/127.0.0.1 to"
+            " localhost:58020 failed on connection exception",
+            "java.net.ConnectException",
+            id="namenode-refused",
+        ),
+        pytest.param(
+            refused_namenode("java.io.EOFException", IO, "End of File Exception"),
+            f"{HDFS_AT} could not be reached: EOFException: Call From",
+            "java.io.EOFException",
+            id="namenode-gone-mid-call",
+        ),
+        pytest.param(
+            refused_namenode("java.net.NoRouteToHostException", SOCKET, "No route to host"),
+            f"{HDFS_AT} could not be reached: NoRouteToHostException",
+            "java.net.NoRouteToHostException",
+            id="namenode-no-route",
+        ),
+        pytest.param(
+            refused_namenode(
+                "org.apache.hadoop.net.ConnectTimeoutException",
+                ["java.net.SocketTimeoutException", "java.io.InterruptedIOException", *IO],
+                "20000 millis timeout while waiting for channel to be ready for connect",
+            ),
+            f"{HDFS_AT} could not be reached: ConnectTimeoutException",
+            "org.apache.hadoop.net.ConnectTimeoutException",
+            id="namenode-connect-timeout",
+        ),
+        pytest.param(
+            Java(
+                [SAFE_MODE, *IO],
+                "Cannot create file/cp/offsets/7. Name node is in safe mode.",
+                from_namenode(SAFE_MODE, "Cannot create file/cp/offsets/7."),
+                frames=[
+                    "jdk.internal.reflect.NativeConstructorAccessorImpl",
+                    "org.apache.hadoop.ipc.RemoteException",
+                    "org.apache.hadoop.hdfs.DFSOutputStream",
+                ],
+            ),
+            f"{HDFS_AT} is in safe mode: SafeModeException: Cannot create file/cp/offsets/7.",
+            SAFE_MODE,
+            id="safe-mode-unwrapped",
+        ),
+        pytest.param(
+            from_namenode("org.apache.hadoop.ipc.StandbyException", "Operation category READ"),
+            f"{HDFS_AT} answered from a standby NameNode: StandbyException: Operation category",
+            "org.apache.hadoop.ipc.StandbyException",
+            id="standby",
+        ),
+        pytest.param(
+            from_namenode("org.apache.hadoop.ipc.RetriableException", "NameNode still starting"),
+            f"{HDFS_AT} asked to be retried later: RetriableException: NameNode still starting",
+            "org.apache.hadoop.ipc.RetriableException",
+            id="retriable",
+        ),
+        pytest.param(
+            # A DataNode lost: the NameNode finds none to write to (its class: IOException).
+            from_namenode(
+                "java.io.IOException",
+                "File /cp/offsets/7 could only be written to 0 of the 1 minReplication nodes."
+                " There are 1 datanode(s) running and 1 node(s) are excluded in this operation.",
+            ),
+            f"{HDFS_AT} refused the request: IOException: File /cp/offsets/7 could only be"
+            " written to 0 of the 1 minReplication nodes.",
+            "java.io.IOException",
+            id="datanode-lost-namenode-refuses",
+        ),
+        pytest.param(
+            Java(
+                IO,
+                "All datanodes [DatanodeInfoWithStorage[127.0.0.1:58866]] are bad.",
+                frames=["org.apache.hadoop.hdfs.DataStreamer"],
+            ),
+            f"{HDFS_AT} lost the DataNodes a file was written to: IOException: All datanodes",
+            "java.io.IOException",
+            id="datanode-lost-mid-write",
+        ),
+        pytest.param(
+            Java(
+                ["org.apache.hadoop.hdfs.BlockMissingException", *IO],
+                "Could not obtain block: BP-1:blk_1 file=/cp/metadata No live nodes contain"
+                " current block",
+                frames=["org.apache.hadoop.hdfs.DFSInputStream"],
+            ),
+            f"{HDFS_AT} has no live DataNode holding a block it needs: BlockMissingException",
+            "org.apache.hadoop.hdfs.BlockMissingException",
+            id="datanode-lost-read",
+        ),
+        pytest.param(
+            s3_answer(
+                "org.apache.hadoop.fs.s3a.AWSServiceThrottledException",
+                503,
+                "SlowDown",
+                "Please reduce your request rate.",
+            ),
+            f"{S3_AT} answered 503 SlowDown: AWSServiceThrottledException: getFileStatus on",
+            "org.apache.hadoop.fs.s3a.AWSServiceThrottledException",
+            id="s3-throttled",
+        ),
+        pytest.param(
+            s3_answer(
+                "org.apache.hadoop.fs.s3a.AWSStatus500Exception",
+                500,
+                "InternalError",
+                "We encountered an internal error.",
+            ),
+            f"{S3_AT} answered 500 InternalError: AWSStatus500Exception",
+            "org.apache.hadoop.fs.s3a.AWSStatus500Exception",
+            id="s3-500",
+        ),
+        pytest.param(
+            # Hadoop 3.5's analytics-accelerator reader: a plain IOException around the SDK's.
+            Java(
+                IO,
+                "Server error accessing s3://lake/raw/_cp_staging/q/_batches/0.json",
+                Java(
+                    S3_EXCEPTION,
+                    "Please reduce your request rate. (Status Code: 503)",
+                    statusCode=503,
+                    awsErrorDetails=ErrorDetails("SlowDown"),
+                ),
+                frames=["software.amazon.s3.analyticsaccelerator.exceptions.ExceptionHandler"],
+            ),
+            f"{S3_AT} answered 503 SlowDown: S3Exception: Please reduce your request rate.",
+            "software.amazon.awssdk.services.s3.model.S3Exception",
+            id="s3-throttled-read",
+        ),
+        pytest.param(
+            Java(
+                ["java.net.ConnectException", *SOCKET],
+                "getFileStatus on s3a://lake/raw/x: Unable to execute HTTP request",
+                Java(
+                    ["software.amazon.awssdk.core.exception.SdkClientException", *SDK],
+                    "Unable to execute HTTP request: Connect to 127.0.0.1:58333 failed",
+                    Java(
+                        [
+                            "org.apache.http.conn.HttpHostConnectException",
+                            "java.net.ConnectException",
+                            *SOCKET,
+                        ],
+                        "Connection refused",
+                    ),
+                ),
+                frames=[
+                    "jdk.internal.reflect.NativeConstructorAccessorImpl",
+                    "org.apache.hadoop.fs.s3a.impl.ErrorTranslation",
+                ],
+            ),
+            f"{S3_AT} could not be reached: ConnectException: getFileStatus on s3a://lake/raw/x",
+            "java.net.ConnectException",
+            id="s3-refused",
+        ),
+    ],
+)
+def test_a_store_down_or_throttling_is_transient_and_said_in_words(cause, words, type_):
+    verdict = failures.classify(query_failed(cause), stores=STORES)
+    assert (verdict.kind, verdict.type, verdict.condition) == (TRANSIENT, type_, "STREAM_FAILED")
+    assert verdict.reason.startswith(words), verdict.reason
+
+
+def test_without_the_pipelines_names_a_store_is_named_by_its_kind():
+    verdict = failures.classify(query_failed(refused_namenode()))
+    assert verdict.reason.startswith("HDFS could not be reached: ConnectException: ")
+
+
+@pytest.mark.parametrize(
+    "cause",
+    [
+        # A database refusing the connection: the same Java class, thrown by its driver.
+        Java(
+            ["java.net.ConnectException", *SOCKET],
+            "Connection refused",
+            frames=["sun.nio.ch.Net", "org.postgresql.core.PGStream"],
+        ),
+        # S3 refusing (403) or missing (404): not a store being down.
+        s3_answer(
+            "org.apache.hadoop.fs.s3a.AWSServiceIOException", 403, "AccessDenied", "Access Denied"
+        ),
+        Java(
+            ["java.io.FileNotFoundException", *IO],
+            "No such file: /cp/metadata",
+            frames=["org.apache.hadoop.hdfs.DFSClient"],
+        ),
+    ],
+    ids=["postgres-refused", "s3-403", "hdfs-file-not-found"],
+)
+def test_other_failures_are_not_said_to_be_a_stores(cause):
+    verdict = failures.classify(query_failed(cause), stores=STORES)
+    assert verdict.kind == TRANSIENT
+    assert not verdict.reason.startswith((*STORES.values(), "HDFS ", "S3 ")), verdict
+    innermost = cause
+    while innermost.cause is not None:
+        innermost = innermost.cause
+    assert verdict.type == innermost.classes[0]  # as before: the innermost cause
+
+
+@pytest.mark.parametrize(
+    "java",
+    [
+        Java(
+            ["org.apache.hadoop.security.AccessControlException", *IO],
+            'Permission denied: user=spark, access=WRITE, inode="/cp":hdfs:hdfs:drwxr-xr-x',
+        ),
+        from_namenode(
+            "org.apache.hadoop.security.AccessControlException",
+            "Permission denied: user=spark, access=WRITE",
+        ),
+    ],
+    ids=["unwrapped", "from-the-namenode"],
+)
+def test_hdfs_refusing_a_path_to_the_user_is_permanent(java):
+    verdict = failures.classify(query_failed(java), stores=STORES)
+    assert verdict.kind == PERMANENT
+    assert verdict.type == "org.apache.hadoop.security.AccessControlException"
+    assert verdict.reason.startswith("missing privileges: Permission denied: user=spark")
+
+
+def test_a_suppressed_context_is_not_the_root_cause():
+    """PySpark converts a py4j error with `raise ... from None`: the error it replaced is the
+    same failure, not an innermost cause to report."""
+
+    class Converted(Exception):
+        pass
+
+    java = Java(
+        ["org.apache.spark.sql.streaming.StreamingQueryException", *IO[1:]],
+        "[STREAM_FAILED] terminated",
+        Java(["java.lang.IllegalStateException", *RUNTIME], "the offset log is ahead"),
+    )
+
+    def converted():
+        try:
+            raise JavaError(java)
+        except JavaError:
+            error = Converted("[STREAM_FAILED] terminated")
+            error._origin = java  # as pyspark's CapturedException keeps it
+            raise error from None
+
+    verdict = failures.classify(raised(converted))
+    assert verdict.type == "java.lang.IllegalStateException"
+    assert verdict.reason == "IllegalStateException: the offset log is ahead"
+
+
+def test_our_store_clients_error_is_said_as_a_store_failure():
+    """jobs.storage against a NameNode address nobody listens on (a real StorageError)."""
+    from jobs.storage import StorageSettings, storage_for
+    from tests.outage_stack import free_port
+
+    address = f"127.0.0.1:{free_port()}"
+    store = storage_for(
+        f"hdfs://{address}/cp", StorageSettings(hdfs_http=address, timeout=2, hdfs_user="u")
+    )
+    verdict = failures.classify(raised(lambda: store.read_text(f"hdfs://{address}/cp/metadata")))
+    assert (verdict.kind, verdict.type) == (TRANSIENT, "jobs.storage.StorageError")
+    assert verdict.reason.startswith(
+        f"{failures.STORE_FAILED}: StorageError: HDFS at {address}: OPEN /cp/metadata"
+    ), verdict.reason
+
+
+def test_a_files_sink_that_cannot_roll_fails_with_what_it_met(tmp_path):
+    """After MAX_FAILURES rolls in a row the files sink fails the run (Compactor.check): the
+    failure is classified by what rolling met, S3 throttling here, not by the wrapper."""
+    from types import SimpleNamespace
+
+    from jobs.sinks import files
+
+    name = f"roll-{uuid.uuid4().hex[:8]}"
+    sink = SimpleNamespace(base="s3a://lake/raw", query="q1")
+    roller = files.Compactor(sink, alive=lambda: True, pipeline=name)
+    files._ROLLERS.pop(name)  # never started: nothing to stop
+    throttled = s3_answer(
+        "org.apache.hadoop.fs.s3a.AWSServiceThrottledException",
+        503,
+        "SlowDown",
+        "Please reduce your request rate.",
+    )
+    roller.failures, roller.error = files.MAX_FAILURES, JavaError(throttled)
+    error = raised(roller.check)
+    assert "rolling staged files failed 5 times in a row" in str(error)
+    verdict = failures.classify(error, stores=STORES)
+    assert verdict.reason.startswith(f"{S3_AT} answered 503 SlowDown: "), verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "roots", "names"),
+    [
+        (CHECKPOINT_HDFS, ["s3a://lake/raw"], {"hdfs": HDFS_AT, "s3": S3_AT}),
+        (
+            "s3a://cp/orders",
+            ["s3a://lake/raw"],
+            {"s3": f"the checkpoint store and files sink S3 at {S3_ENDPOINT}"},
+        ),
+        ("/var/cp/orders", ["hdfs://nn:8020/lake"], {"hdfs": "the files sink's HDFS at nn:8020"}),
+        # Two HDFS clusters: the address is in the exception's message, not guessed.
+        (
+            CHECKPOINT_HDFS,
+            ["hdfs://other:8020/lake"],
+            {"hdfs": "the checkpoint store and files sink HDFS"},
+        ),
+        ("/var/cp/orders", ["file:///srv/lake"], {}),
+    ],
+)
+def test_a_pipelines_stores_are_named_by_what_it_keeps_there(checkpoint, roots, names):
+    assert failures.store_names(checkpoint, roots, S3_ENDPOINT) == names
+
+
+def test_a_stores_name_is_its_address_only():
+    names = failures.store_names(
+        "hdfs://spark@nn:8020/cp/orders", ["s3a://lake/raw"], "https://k:secret@s3.example/x"
+    )
+    assert names == {
+        "hdfs": "the checkpoint store HDFS at nn:8020",
+        "s3": "the files sink's S3 at https://s3.example",
+    }
+
+
+def test_the_driver_names_its_stores_in_its_verdict(tmp_path):
+    """jobs/run.py's judge: the names the pipeline's query start gave (jobs.pipeline)."""
+    from jobs import run
+    from jobs.pipeline import RunConfig, _store_names
+    from tests.factories import files_spec
+
+    config = RunConfig(
+        pipeline=f"named-{uuid.uuid4().hex[:8]}",
+        spec=parse_spec(files_spec()),
+        kafka={},
+        postgres={},
+        checkpoint=CHECKPOINT_HDFS,
+        run_dir=str(tmp_path),
+        sink_configs=({"files": {"root": "s3a://lake/raw"}},),
+        storage={
+            "checkpoint_root": "hdfs://127.0.0.1:58020/controlplane/cp",
+            "s3": {"endpoint": S3_ENDPOINT, "secret_key": "never-in-words"},
+        },
+    )
+    assert _store_names(config) == STORES
+    failures.name_stores(config.pipeline, _store_names(config))
+    verdict = run.judge(query_failed(refused_namenode()), config.pipeline)
+    assert verdict["reason"].startswith(f"{HDFS_AT} could not be reached: ")
+    assert "never-in-words" not in json.dumps(verdict)
+
+
+def test_the_exceptions_history_says_why_a_transient_failure_was_restarted():
+    from controlplane.supervision import failures as supervision
+
+    verdict = failures.classify(query_failed(refused_namenode()), stores=STORES)
+    judgement = supervision.judge(verdict.as_dict(), "Connection refused", "crashed")
+    assert (judgement.permanent, judgement.cause) == (False, "crashed")
+    decision = supervision.decision_reason(judgement, "restart 1 of 3 (fixed-delay)")
+    assert decision == f"restart 1 of 3 (fixed-delay), after a transient failure: {verdict.reason}"
+    # Without the driver's words (an older driver's report): the policy's alone.
+    plain = supervision.judge(None, "Connection refused", "crashed")
+    assert supervision.decision_reason(plain, "restart 1 of 3") == "restart 1 of 3"
+
+
+def _store_conf(spark, storage: dict):
+    """A Hadoop configuration of the session's with a driver's store settings
+    (jobs.hadoop.session_conf), file systems not cached: a fresh client per test."""
+    from jobs import hadoop
+
+    conf = spark._jvm.org.apache.hadoop.conf.Configuration(spark._jsc.hadoopConfiguration())
+    for key, value in hadoop.session_conf(storage).items():
+        if key.startswith("spark.hadoop."):
+            conf.set(key.removeprefix("spark.hadoop."), value)
+    conf.set("fs.hdfs.impl.disable.cache", "true")
+    conf.set("fs.s3a.impl.disable.cache", "true")
+    return conf
+
+
+def _exists(spark, conf, uri: str) -> bool:
+    path = spark._jvm.org.apache.hadoop.fs.Path(uri)
+    return path.getFileSystem(conf).exists(path)
+
+
+@pytest.mark.spark
+def test_a_namenode_nobody_answers_for_is_said_unreachable(spark):
+    """Hadoop's own client, bounded as a driver's is: refused twice, then the call fails."""
+    from tests.outage_stack import free_port
+
+    root = f"hdfs://127.0.0.1:{free_port()}/controlplane/cp"
+    conf = _store_conf(spark, {"checkpoint_root": root, "timeout_seconds": 1})
+    exc = raised(lambda: _exists(spark, conf, f"{root}/orders/checkpoint/metadata"))
+    verdict = failures.classify(exc, stores=failures.store_names(f"{root}/orders/checkpoint"))
+    assert (verdict.kind, verdict.type) == (TRANSIENT, "java.net.ConnectException")
+    address = root.split("/")[2]
+    assert verdict.reason.startswith(
+        f"the checkpoint store HDFS at {address} could not be reached: ConnectException: "
+    ), verdict.reason
+
+
+@pytest.mark.spark
+def test_s3_answering_503_slow_down_is_said_so(spark):
+    """S3A against the S3 server through a proxy that answers 503 Slow Down; S3A's throttling
+    retries are off here (a driver's take ~30 s), so the first answer is the failure."""
+    from tests.s3_faults import FaultyS3
+    from tests.stores import settings_for
+
+    s3 = settings_for("s3")
+    proxy = FaultyS3(s3.s3_endpoint).start()
+    try:
+        storage = {
+            "checkpoint_root": "/var/cp",
+            "s3": {
+                "endpoint": proxy.endpoint,
+                "access_key": s3.s3_access_key,
+                "secret_key": s3.s3_secret_key,
+            },
+            "timeout_seconds": 2,
+        }
+        conf = _store_conf(spark, storage)
+        conf.set("fs.s3a.retry.throttle.limit", "0")
+        bucket = os.environ.get("CONTROLPLANE_S3_BUCKET") or "controlplane"
+        lake = f"s3a://{bucket}/tests/slow-{uuid.uuid4().hex[:8]}"
+        assert not _exists(spark, conf, f"{lake}/x")  # through the proxy: it answers
+        proxy.fail()
+        exc = raised(lambda: _exists(spark, conf, f"{lake}/x"))
+    finally:
+        proxy.close()
+    verdict = failures.classify(
+        exc, stores=failures.store_names("/var/cp/orders", [lake], proxy.endpoint)
+    )
+    assert verdict.kind == TRANSIENT
+    assert verdict.type == "org.apache.hadoop.fs.s3a.AWSServiceThrottledException"
+    assert verdict.reason.startswith(f"the files sink's S3 at {proxy.endpoint} answered 503"), (
+        verdict.reason
+    )
+    assert proxy.failed >= 1

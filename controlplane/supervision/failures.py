@@ -62,7 +62,11 @@ def judge(failure: Any, error: str, cause: str) -> Judgement:
 
 def decision_reason(judgement: Judgement, policy_reason: str) -> str:
     """What the exceptions history records as the decision: the policy's words, or, for a
-    permanent failure the driver explained, the driver's reason."""
+    permanent failure the driver explained, the driver's reason; a transient failure the
+    driver explained (a store down, a broker unreachable) adds the driver's reason to the
+    policy's words, so that the operator reads why it had to restart."""
     if judgement.permanent and judgement.reason:
         return f"gave up: {judgement.reason} (permanent: restarting cannot fix it)"
+    if judgement.reason:
+        return f"{policy_reason}, after a transient failure: {judgement.reason}"
     return policy_reason

@@ -455,10 +455,12 @@ class Compactor:
         """Raises when rolling has failed MAX_FAILURES times in a row, or its thread ended
         while the query runs."""
         if self.failures >= MAX_FAILURES:
+            # Chained: the failure is classified by the type of what rolling met (a store
+            # down or throttling, jobs.failures), not by this wrapper.
             raise RuntimeError(
                 f"files sink {self.sink.base}: rolling staged files failed {self.failures} "
                 f"times in a row: {self.error}"
-            )
+            ) from self.error
         started, ended = self.thread.ident is not None, not self.thread.is_alive()
         if started and ended and not self.stopped.is_set():
             raise RuntimeError(f"files sink {self.sink.base}: its rolling thread ended")
