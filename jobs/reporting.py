@@ -38,6 +38,7 @@ class Reporter:
         *,
         heartbeat_seconds: float = 5.0,
         on_stop: Callable[[str], None] | None = None,
+        on_refused: Callable[[str], None] | None = None,
         session: requests.Session | None = None,
         channel: SharedChannel | None = None,
     ):
@@ -45,6 +46,8 @@ class Reporter:
         self.run_id, self.token = run_id, token
         self.heartbeat_seconds = heartbeat_seconds
         self.on_stop = on_stop or (lambda reason: None)
+        # Refused as not current: another run may own the pipeline now (on_stop if unset).
+        self.on_refused = on_refused or self.on_stop
         self.session = session or requests.Session()
         self.session.headers["Authorization"] = f"RunToken {token}"
         # A shared application's members send through its channel: one request for all.
@@ -143,8 +146,8 @@ class Reporter:
             return False
         status_code, answer = answered
         if status_code in STOP_STATUSES:
-            # Not (or no longer) a run the control plane knows as current: stop, gracefully.
-            self.on_stop(f"the control plane refused this run ({status_code})")
+            # Not (or no longer) a run the control plane knows as current: stop.
+            self.on_refused(f"the control plane refused this run ({status_code})")
             return True
         if status_code >= 500:
             return False

@@ -188,12 +188,21 @@ def start_reporter(
         log.info("%s: stopping after the batch in flight", reason)
         (run_dir / STOP_FILE).touch()
 
+    def refused(reason: str) -> None:
+        # Another run may own the pipeline now (this host was lost, its runs ended): stop at
+        # once, never "after the batch in flight", which under a backlog is batch after
+        # batch. The batch interrupted is replayed by the current run; the sinks' commit
+        # markers keep its rows once.
+        log.warning("%s: stopping the query now", reason)
+        (run_dir / KILL_FILE).touch()
+
     return Reporter(
         cp["url"],
         cp["run_id"],
         cp["token"],
         heartbeat_seconds=cp.get("heartbeat_seconds", 5.0),
         on_stop=stop,
+        on_refused=refused,
         channel=channel,
     ).start()
 

@@ -141,6 +141,23 @@ def test_a_driver_whose_reports_are_refused_as_not_current_stops_itself(code):
     assert len(stops) == 1 and str(code) in stops[0]
 
 
+def test_a_refused_driver_stops_its_query_at_once_and_an_asked_one_after_its_batch(tmp_path):
+    """Refused (another run may own the pipeline): the kill file, which stops the query now;
+    asked to stop by the control plane: the stop file, after the batch in flight (under a
+    backlog, "after the batch in flight" would be batch after batch by a fenced driver)."""
+    from jobs.run import KILL_FILE, STOP_FILE, start_reporter
+
+    cp = {"url": "http://127.0.0.1:9", "run_id": 1, "token": "t", "heartbeat_seconds": 60}
+    reporter = start_reporter(cp, tmp_path)
+    try:
+        reporter.on_stop("the control plane asked for a stop")
+        assert (tmp_path / STOP_FILE).exists() and not (tmp_path / KILL_FILE).exists()
+        reporter.on_refused("the control plane refused this run (409)")
+        assert (tmp_path / KILL_FILE).exists()
+    finally:
+        reporter.close(timeout=1)
+
+
 # --- 2. deleting a pipeline ----------------------------------------------------------------
 
 
