@@ -1,13 +1,14 @@
 """Kafka -> Kafka, Postgres and files exactly once under kill -9: a real spark-submit driver
 of a pipeline with three sinks (a Kafka topic, a Postgres table, files rolled by a 1 MB
-target), supervised by the control plane, is SIGKILLed while records keep arriving: once when
-one of its Kafka transactions is open (the output's high watermark is above its last stable
-offset, and stays there after the kill), once while it rolls staged rows into a finished
-file (a roll's plan is written and not yet done). A `read_committed` consumer of the output
-sees every record once, the dead letters once, the table has every record once, and Spark and
-pyarrow reading the files' directory see every record once, in files bounded by the rolling
-policy, not by the batches. (Twice, not more: each restart is a cold start of a dedicated
-driver, and the suite's time is budgeted.)"""
+target), supervised by the control plane, its checkpoint and its files sink on a real HDFS
+(tests.kill_stores), is SIGKILLed while records keep arriving: once when one of its Kafka
+transactions is open (the output's high watermark is above its last stable offset, and stays
+there after the kill), once while it rolls staged rows into a finished file (a roll's plan
+is written and not yet done). A `read_committed` consumer of the output sees every record
+once, the dead letters once, the table has every record once, and Spark reading the files'
+directory on HDFS, and pyarrow each finished file, see every record once, in files bounded
+by the rolling policy, not by the batches. (Twice, not more: each restart is a cold start of
+a dedicated driver, and the suite's time is budgeted.)"""
 
 from __future__ import annotations
 
@@ -15,16 +16,22 @@ import json
 import os
 import signal
 import time
-from pathlib import Path
 
 import psycopg
-import pyarrow.json as pj
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
+from controlplane.definitions import checkpoints
 from controlplane.definitions.models import Pipeline, Run, RunState
-from jobs.checkpoints import read_checkpoint
 from tests.kafka_helpers import new_topic, produce, read_committed
+from tests.kill_stores import (
+    finished_files,
+    json_ids,
+    manifest,
+    off_disk,
+    rolling,
+    staged_rows,
+)
 from tests.runs import driver_pid, reconcile_until, restarted_after_kill
 from tests.waiting import wait_for
 
@@ -59,22 +66,10 @@ class Offsets:
             consumer.close()
 
 
-def rolling(plans: Path) -> bool:
-    """Whether a roll of staged rows into a finished file is under way (its plan exists)."""
-    try:
-        return any(name.endswith(".json") and name[0].isdigit() for name in os.listdir(plans))
-    except FileNotFoundError:
-        return False
-
-
-def staged_rows(lake: Path) -> bool:
-    """Whether rows wait in the files sink's staging (committed batches not yet rolled)."""
-    staging = lake / "_cp_staging"
-    return any(
-        p.suffix == ".json" and p.parent.name != "_batches" and "_plans" not in p.parts
-        for p in staging.rglob("*.json")
-        if not p.name.startswith(".")
-    )
+@pytest.fixture
+def hdfs(api, settings, tmp_path, spark, job_dirs):
+    """The checkpoint root and the files connection `lake` on HDFS, removed at the end."""
+    yield from off_disk("hdfs", api, settings, tmp_path, spark)
 
 
 def end_offsets(bootstrap: str, topic: str, isolation: str) -> dict[int, int]:
@@ -89,11 +84,10 @@ def test_kafka_postgres_and_files_sinks_survive_kill_9_inside_transactions_and_r
     api,
     kafka_connection,
     postgres_connection,
-    files_connection,
-    files_dir,
     kafka_bootstrap,
     sink_dsn,
     job_dirs,
+    hdfs,
     spark,
 ):
     source, out, dead = (new_topic(kafka_bootstrap) for _ in range(3))
@@ -124,8 +118,11 @@ def test_kafka_postgres_and_files_sinks_survive_kill_9_inside_transactions_and_r
                 "target_file_mb": 1,
                 "max_file_age_seconds": 3600,
                 # Longer than a batch takes on a busy 2-core machine: rows roll for want of
-                # new ones only when the source is really quiet (a restart, the end).
-                "inactivity_seconds": 5,
+                # new ones only when the source is really quiet (a restart, the end). Batches
+                # of 10000 records, checkpoint and staging on HDFS, came ~1 s apart at a load
+                # of 6, 4-5 s apart at a load of 16 and 8-10 s while a roll ran beside them:
+                # 5 s made every batch a file of its own there.
+                "inactivity_seconds": 15,
             },
         ],
         "trigger": {"interval_seconds": 0},
@@ -152,7 +149,7 @@ def test_kafka_postgres_and_files_sinks_survive_kill_9_inside_transactions_and_r
 
     def caught_up() -> bool:
         """The checkpoint committed every source record (after the sink's transactions)."""
-        found = read_checkpoint(Path(job_dirs) / "checkpoints" / "k2k", sizes=False)
+        found = checkpoints.read("k2k", sizes=False)
         committed = sum(found.committed_offsets().values()) if found else 0
         return committed == sum(end_offsets(kafka_bootstrap, source, "read_committed").values())
 
@@ -161,28 +158,36 @@ def test_kafka_postgres_and_files_sinks_survive_kill_9_inside_transactions_and_r
     reconcile_until("k2k", lambda: output_count() >= 5000, 180, "the first records")
     killed_inside, killed_rolling = 0, 0
     output = Offsets(kafka_bootstrap, out)
-    lake = files_dir / "lake" / "orders"
-    plans = lake / "_cp_staging" / "_plans"
-    for kill, inside in enumerate((output.transaction_open, lambda: rolling(plans))):
+    # The checkpoint is on HDFS, nothing of it on the local disk.
+    assert checkpoints.read("k2k", sizes=False).path.startswith(f"{hdfs.root}/checkpoints/")
+    assert not (job_dirs / "checkpoints").exists()
+    lake = hdfs.base("orders")  # hdfs://.../lake/orders
+
+    def roll_under_way() -> bool:
+        return rolling(hdfs.store, lake)
+
+    for kill, inside in enumerate((output.transaction_open, roll_under_way)):
         produce_more(60000)  # several batches in flight when the driver dies
         run = Run.objects.get(pipeline__name="k2k", state=RunState.RUNNING)
         driver = driver_pid(run)
         # Polled every 5 ms: the kill must land while it is inside (counted below, after).
-        wait_for(inside, 60, every=0.005)
+        # The roll comes once the restarted driver's query runs (it first rolls what its
+        # predecessor staged): up to 2 minutes after its launch on a machine at a load of 20.
+        wait_for(inside, 120, every=0.005)
         os.kill(driver, signal.SIGKILL)
         time.sleep(1)
         # The dead driver's transaction stays open (nothing can commit it any more) until its
         # successor takes over the transactional id and aborts it; its roll's plan stays
         # until the successor finishes it.
         killed_inside += output.transaction_open()
-        killed_rolling += rolling(plans)
+        killed_rolling += roll_under_way()
         restarted_after_kill("k2k", run, f"the restart after kill {kill}")
     output.close()
     assert killed_inside >= 1, "the driver was never killed inside an open transaction"
     assert killed_rolling >= 1, "the driver was never killed while rolling files"
     reconcile_until("k2k", caught_up, 240, "the end")
-    # The last rows roll after 5 s without new ones (inactivity).
-    reconcile_until("k2k", lambda: not staged_rows(lake), 60, "the files' last roll")
+    # The last rows roll after 15 s without new ones (inactivity).
+    reconcile_until("k2k", lambda: not staged_rows(hdfs.store, lake), 60, "the files' last roll")
     records = read_committed(kafka_bootstrap, out)
     ids = [json.loads(v)["id"] for _, v, _ in records]
     assert len(ids) == produced and set(ids) == {f"r{i}" for i in range(produced)}
@@ -192,23 +197,17 @@ def test_kafka_postgres_and_files_sinks_survive_kill_9_inside_transactions_and_r
     with psycopg.connect(sink_dsn) as conn:  # the second sink, exactly once too
         found = conn.execute(f'SELECT count(*), count(DISTINCT id) FROM "{table}"').fetchone()
     assert found == (produced, produced)
-    # The third sink: every record once in finished files, as Spark and pyarrow read them.
+    # The third sink: every record once in finished files on HDFS, as Spark reads their
+    # directory there and pyarrow each of them.
     everyone = {f"r{i}" for i in range(produced)}
-    rows = spark.read.json(str(lake)).select("id", "day").collect()
+    rows = spark.read.json(lake).select("id", "day").collect()
     assert len(rows) == produced and {r.id for r in rows} == everyone
-    # pyarrow's JSON reader on each finished file (its dataset scanner's JSON scan hung, in C,
-    # out of pytest-timeout's reach, twice in a row in this test on 2 cores).
-    ids = []
-    for path in lake.rglob("*.json"):
-        if not any(part.startswith(("_", ".")) for part in path.relative_to(lake).parts):
-            ids += pj.read_json(path, pj.ReadOptions(use_threads=False))["id"].to_pylist()
-    assert sorted(ids) == sorted(everyone)
-    entries = [json.loads(p.read_text()) for p in (lake / "_cp_manifest").glob("*.json")]
-    visible = sorted(
-        str(p.relative_to(lake))
-        for p in lake.rglob("*.json")
-        if not any(part.startswith(("_", ".")) for part in p.relative_to(lake).parts)
-    )
+    visible = finished_files(hdfs.store, lake)
+    assert visible and all(name.endswith(".json") for name in visible), visible
+    # pyarrow's JSON reader on each finished file, read whole (its dataset scanner's JSON
+    # scan hung, in C, out of pytest-timeout's reach, twice in a row in this test on 2 cores).
+    assert sorted(json_ids(hdfs.store, lake, visible)) == sorted(everyone)
+    entries = manifest(hdfs.store, lake)
     assert sorted(e["file"] for e in entries) == visible
     assert sum(e["rows"] for e in entries) == produced
     # Files per partition bounded by the policy, far fewer than the files batches staged:
