@@ -150,7 +150,8 @@ def _s3a(s3: Mapping[str, Any], timeout: int) -> dict[str, str]:
         # Bucket in the path, not the host name: what S3-compatible servers on one address
         # (and loopback) serve.
         "path.style.access": _bool(s3.get("path_style", True)),
-        "connection.establish.timeout": f"{timeout}s",
+        # S3A raises a connect timeout under 15 s to 15 s, with a warning at every start.
+        "connection.establish.timeout": f"{max(timeout, 15)}s",
         "connection.timeout": f"{timeout}s",
         "connection.request.timeout": f"{3 * timeout}s",
         # Waiting for a pooled connection: S3A raises anything under 15 s to 15 s (warning).
