@@ -117,14 +117,23 @@ def read_checkpoint(
     last = None
     if last_id is not None and last_id in planned:
         last = _batch(store, last_id, planned[last_id], committed[last_id])
+    size = state_size = None
+    if sizes:
+        # One walk for both (on HDFS or S3 each walk is a listing per directory).
+        state = join(root, "state") + "/"
+        size = state_size = 0
+        for entry in store.walk(root):
+            size += entry.size
+            if entry.path.startswith(state):
+                state_size += entry.size
     return Checkpoint(
         path=root,
         query_id=query_id,
         last_committed=last,
         in_flight=in_flight,
         history=batches,
-        size_bytes=store.tree_size(root)[0] if sizes else None,
-        state_size_bytes=store.tree_size(join(root, "state"))[0] if sizes else None,
+        size_bytes=size,
+        state_size_bytes=state_size,
         reader=pin.reader if pin else None,
     )
 
