@@ -4,8 +4,8 @@ read back from there (through jobs.storage, as the control plane does, and throu
 own Spark session, as a reader of the finished files would).
 
 `off_disk` is used as a fixture's body: it makes a fresh root on the store, points the
-control plane's settings at it (as tests.stores.checkpoint_store does) and, given the shared
-Spark session, creates the files connection `lake` there and gives the session the store's
+control plane's settings at it (as tests.stores.checkpoint_store does), creates the files
+connection `lake` there and, given the shared Spark session, gives the session the store's
 client settings (jobs.hadoop.session_conf, as a driver gets them) to read it back; at the end
 it kills the drivers still running (a failed test's) and removes the root.
 """
@@ -56,15 +56,15 @@ def off_disk(kind: str, api, settings, tmp_path, spark=None) -> Iterator[OffDisk
     settings.CONTROLPLANE_S3_SECRET_KEY = reach.s3_secret_key
     found = OffDisk(kind, root, store, join(root, "lake"))
     try:
-        if spark is None:
-            yield found
-            return
         response = api.post(
             "/api/connections/",
             {"name": "lake", "kind": "files", "settings": {"root": found.lake}},
             format="json",
         )
         assert response.status_code == 201, response.json()
+        if spark is None:
+            yield found
+            return
         with client_settings(spark, checkpoints.for_driver()):
             yield found
     finally:
@@ -142,11 +142,12 @@ def rolling(store: Storage, base: str) -> bool:
 
 def staged_rows(store: Storage, base: str) -> bool:
     """Whether rows wait in the files sink's staging (batches staged, not yet rolled): a
-    data file in a batch's directory (<query>/<batch>/...), at any depth."""
+    data file in a batch's directory (<query>/<batch>/_attempts/<attempt>/...), at any
+    depth."""
 
     def data(uri: str) -> bool:
         for entry in store.list(uri):
-            if hidden(entry.name):
+            if hidden(entry.name) and entry.name != files.ATTEMPTS:
                 continue
             if not entry.is_dir or data(entry.path):
                 return True

@@ -235,8 +235,8 @@ def read_lines(path: Path) -> list[str]:
 
 def test_files_roll_by_size_not_by_batch(spark, kafka_bootstrap, tmp_path):
     """Twenty small batches make twenty staged files or more; rolled by a 1 MB target,
-    they make files of about 1 MB (a file is cut once its inputs reach the target), and the
-    rest waits for more rows."""
+    they make files of about 1 MB (a file is cut at the staged files' boundary closest to
+    the target), and the rest waits for more rows."""
     topic = new_topic(kafka_bootstrap)
     pad = "x" * 200
     produce(
@@ -259,10 +259,11 @@ def test_files_roll_by_size_not_by_batch(spark, kafka_bootstrap, tmp_path):
     assert left < target
     total = sum(sizes) + left
     assert total > 2 * target
-    # Each file about the target: at least it, and short of it plus one batch's rows.
-    assert len(sizes) in (total // target, total // target - 1)
+    # Each file about the target: within half a batch's rows of it (one batch, as the
+    # target is scaled by what merging measured: JSON lines merge byte for byte).
+    assert len(sizes) in (total // target - 1, total // target, total // target + 1)
     one_batch = max(s.bytes for s in staged)
-    assert all(target <= size < target + 2 * one_batch for size in sizes)
+    assert all(abs(size - target) <= one_batch for size in sizes), (sizes, one_batch)
     assert {e["reason"] for e in manifest(out)} == {"size"}
     # The rest is still staged: rolled by inactivity, later.
     assert sink.roll(time.time() + 3601) is None

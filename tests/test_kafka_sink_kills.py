@@ -211,7 +211,8 @@ def test_kafka_postgres_and_files_sinks_survive_kill_9_inside_transactions_and_r
     assert sorted(e["file"] for e in entries) == visible
     assert sum(e["rows"] for e in entries) == produced
     # Files per partition bounded by the policy, far fewer than the files batches staged:
-    # a file rolled by size holds at least the target (so at most bytes / 1 MB of them); the
+    # a file rolled by size is cut at the staged file's boundary closest to the target
+    # (within half a staged file of it; batches here stage similar pieces of ~0.3 MB); the
     # others are rolled for want of new rows (inactivity: one per restart and the last, one
     # more while the records of the next kill are produced) and never by age (an hour).
     target = 1024 * 1024
@@ -219,7 +220,7 @@ def test_kafka_postgres_and_files_sinks_survive_kill_9_inside_transactions_and_r
         mine = [e for e in entries if e["partition"] == f"day={day}"]
         by_size = [e for e in mine if e["reason"] == "size"]
         others = [e for e in mine if e["reason"] != "size"]
-        assert all(e["bytes"] >= target for e in by_size), by_size
+        assert all(abs(e["bytes"] - target) <= e["bytes"] / e["inputs"] for e in by_size), by_size
         assert all(e["reason"] == "inactivity" for e in others), others
         assert len(others) <= 2 + 2, others
         assert sum(e["inputs"] for e in mine) >= 3 * len(mine)

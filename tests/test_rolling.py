@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from jobs.sinks.rolling import Policy, Staged, next_check, plan
 
 MB = 1024 * 1024
@@ -18,14 +20,35 @@ def staged(batch, size_mb, at, partition="day=1", schema="s1"):
     )
 
 
-def test_files_are_cut_as_soon_as_their_inputs_reach_the_target():
+def test_files_are_cut_at_the_boundary_closest_to_the_target():
     files = [staged(b, 3, at=1000 + b) for b in range(10)]  # 30 MB in 3 MB pieces
     rolls = plan({"day=1": files}, POLICY, now=1010)
-    assert [r.reason for r in rolls] == ["size", "size"]
-    assert [r.bytes // MB for r in rolls] == [12, 12]
-    assert [s.batch[1] for s in rolls[0].inputs] == [0, 1, 2, 3]
-    # The last 6 MB wait: younger than the age limit, and batches still come.
-    assert sum(len(r.inputs) for r in rolls) == 8
+    # 9 MB is closer to 10 than 12 is: each file is cut before the 4th piece.
+    assert [r.reason for r in rolls] == ["size", "size", "size"]
+    assert [r.bytes // MB for r in rolls] == [9, 9, 9]
+    assert [s.batch[1] for s in rolls[0].inputs] == [0, 1, 2]
+    # The last 3 MB wait: younger than the age limit, and batches still come.
+    assert sum(len(r.inputs) for r in rolls) == 9
+    # 10.4 MB is closer than 7.8: the piece that crosses the target is taken.
+    files = [staged(b, 2.6, at=1000 + b) for b in range(8)]
+    assert [round(r.bytes / MB, 1) for r in plan({"d": files}, POLICY, now=1010)] == [10.4, 10.4]
+    # Only what has arrived is cut: 9 MB staged waits for the next piece to tell.
+    assert plan({"d": [staged(b, 3, at=1000 + b) for b in range(3)]}, POLICY, now=1003) == []
+    # A staged file larger than the target is a file of its own.
+    big = [staged(0, 1, at=1000), staged(1, 25, at=1001), staged(2, 1, at=1002)]
+    rolls = plan({"d": big}, POLICY, now=1003)
+    assert [[s.batch[1] for s in r.inputs] for r in rolls] == [[0], [1]]
+
+
+@pytest.mark.parametrize("piece_mb", [0.3, 0.7, 1.3, 1.9])
+def test_finished_files_land_within_ten_percent_of_the_target_when_pieces_are_small(piece_mb):
+    """The seed's small-files problem: whatever a batch stages, up to a fifth of the target,
+    files come out within 10 % of it."""
+    files = [staged(b, piece_mb, at=1000 + b) for b in range(200)]
+    rolls = plan({"d": files}, POLICY, now=1200)
+    assert len(rolls) >= 5
+    for roll in rolls:
+        assert abs(roll.bytes - POLICY.target_bytes) <= 0.1 * POLICY.target_bytes
 
 
 def test_the_rest_rolls_by_age_or_by_inactivity():

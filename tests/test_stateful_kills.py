@@ -3,13 +3,10 @@
 checkpoint on the S3 server (the state store's files with it, written in place by
 jobs.hadoop's no-rename checkpoint manager; tests.kill_stores), is SIGKILLed three times
 while records keep arriving. Every window is written once, with its exact count, into
-Postgres and into a Kafka topic (read_committed), and every record that did not parse once
-as a dead letter, whatever batch, state version or sink transaction each kill interrupted.
-
-(No files sink here: staging a batch on S3 goes through Spark's FileOutputCommitter, whose
-renames are copies there, ~6 s a batch on this machine against ~1 s on HDFS; a files sink on
-HDFS is killed in tests/test_kafka_sink_kills.py, and the sink's S3 paths are in
-tests/test_storage_spark.py.)"""
+Postgres, into a Kafka topic (read_committed) and into finished files of a files sink on
+the S3 server (staged without renames, rolled by single uploads), and every record that did
+not parse once as a dead letter, whatever batch, state version, sink transaction or roll each
+kill interrupted. (A files sink on HDFS is killed in tests/test_kafka_sink_kills.py.)"""
 
 from __future__ import annotations
 
@@ -25,7 +22,7 @@ import pytest
 from controlplane.definitions import checkpoints
 from controlplane.definitions.models import Pipeline, Run, RunState
 from tests.kafka_helpers import new_topic, produce, read_committed
-from tests.kill_stores import off_disk
+from tests.kill_stores import finished_files, manifest, off_disk, staged_rows
 from tests.runs import driver_pid, reconcile_until, restarted_after_kill
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
@@ -87,6 +84,15 @@ def test_a_tumbling_count_is_exact_after_three_kill_9s(
                 "topic": out,
                 "dead_letter_topic": dead,
                 "key": "courier",
+            },
+            {
+                "kind": "files",
+                "connection": "lake",
+                "path": "windows",
+                "format": "json",
+                "target_file_mb": 1,
+                "max_file_age_seconds": 3600,
+                "inactivity_seconds": 10,
             },
         ],
         "trigger": {"interval_seconds": 0},
@@ -150,6 +156,30 @@ def test_a_tumbling_count_is_exact_after_three_kill_9s(
     by_window = Counter((r["window_start"], r["courier"]) for r in records)
     assert set(by_window.values()) == {1} and len(records) == len(finished)
     assert sum(r["n"] for r in records) == sum(finished.values())
+    # The files sink on S3: each window once in its finished files, once the last rows
+    # rolled (10 s without new ones).
+    lake = s3.base("windows")
+
+    def rolled() -> list[dict]:
+        return [
+            json.loads(line)
+            for name in finished_files(s3.store, lake)
+            for line in s3.store.read_text(f"{lake}/{name}").splitlines()
+        ]
+
+    reconcile_until(
+        "tumbling",
+        lambda: not staged_rows(s3.store, lake) and len(rolled()) >= len(finished),
+        120,
+        "the last roll",
+    )
+    visible = finished_files(s3.store, lake)
+    assert visible and all(name.endswith(".json") for name in visible), visible
+    in_files = rolled()
+    by_file = Counter((r["window_start"], r["courier"]) for r in in_files)
+    assert set(by_file.values()) == {1} and len(in_files) == len(finished)
+    assert sum(r["n"] for r in in_files) == sum(finished.values())
+    assert sorted(e["file"] for e in manifest(s3.store, lake)) == visible
     with psycopg.connect(sink_dsn) as conn:
         # This run's (the table is shared by every run of the suite against this database).
         letters = conn.execute(

@@ -58,6 +58,11 @@ DEAD_LETTERS = "_cp_dead_letters"
 BATCHES = "_batches"
 PLANS = "_plans"
 MERGING = "_merging"
+# How a batch is staged: with our committer (Spark's options; see FileSink.stage).
+STAGING_COMMITTER = "controlplane.spark.StagingCommitter"
+OUTPUT_COMMITTER = "spark.sql.sources.outputCommitterClass"
+PARQUET_COMMITTER = "spark.sql.parquet.output.committer.class"
+ATTEMPTS = "_attempts"  # a batch's task attempts' directories (StagingCommitter.ATTEMPTS)
 EXTENSIONS = {"parquet": "parquet", "json": "json", "avro": "avro"}
 # Markers of this many batches before the query's last are kept after their files rolled: a
 # restart replays the last batch only (Spark keeps 100 in its own logs).
@@ -136,6 +141,8 @@ class FileSink:
         self.conf = spark._jsc.hadoopConfiguration()
         self.lock = _lock_for(self.base)
         self._markers: dict[tuple[str, int], dict[str, Any]] = {}
+        # (query, batch) whose staging directories this driver deleted (their markers kept).
+        self._cleared: set[tuple[str, int]] = set()
         self._seq: int | None = None
         # Finished file bytes / staged bytes of the last rolls (Parquet's merged file drops
         # the inputs' footers): the target the planner cuts at is scaled by it, so finished
@@ -162,9 +169,11 @@ class FileSink:
         writer = (
             frame.write.mode("overwrite")
             .format(self.sink.format)
-            # Task outputs appear in the batch's directory at job commit only (version 2 would
-            # move a retried task's files in as it goes).
-            .option("mapreduce.fileoutputcommitter.algorithm.version", "1")
+            # Nothing renamed (a rename is a copy on S3): each task attempt writes under its
+            # own directory and a committed one leaves a record; the batch's files are the
+            # committed attempts' (controlplane.spark.StagingCommitter, FileSink.listFiles).
+            .option(OUTPUT_COMMITTER, STAGING_COMMITTER)
+            .option(PARQUET_COMMITTER, STAGING_COMMITTER)
         )
         if self.sink.format == "json":
             writer = writer.option("compression", "none")  # merged byte for byte
@@ -235,7 +244,7 @@ class FileSink:
             if not found:
                 continue
             for line in self.jfs.listFiles(self.path(STAGING, query), self.conf):
-                relative, size = line.rsplit("\t", 1)
+                relative, size, where = line.split("\t")
                 batch, _, rest = relative.partition("/")
                 if not batch.isdigit() or int(batch) not in found:
                     continue  # a batch being written (or killed before its marker)
@@ -245,7 +254,7 @@ class FileSink:
                     Staged(
                         # Across queries (a checkpoint started anew), by commit time.
                         batch=(round(marker["committed_at"] * 1000), int(batch)),
-                        path=f"{STAGING}/{query}/{relative}",
+                        path=f"{STAGING}/{query}/{where}",
                         bytes=int(size),
                         committed_at=marker["committed_at"],
                         schema=marker["schema"],
@@ -382,19 +391,23 @@ class FileSink:
     def _prune(
         self, by_query: dict[str, dict[int, dict[str, Any]]], busy: set[tuple[str, int]]
     ) -> None:
-        """Deletes the staging directories and markers of batches that have nothing left to
-        roll, but the current query's last RETAIN_MARKERS (a replay is checked against them);
-        and the directories of other queries' batches that never committed."""
+        """Deletes the staging directories of batches that have nothing left to roll (once
+        per driver) and their markers, but the current query's last RETAIN_MARKERS markers (a
+        replay is checked against them); and the directories of other queries' batches that
+        never committed."""
         for query, markers in by_query.items():
             last = max(markers, default=-1)
             for batch in sorted(markers):
                 if (query, batch) in busy:
                     continue
+                if (query, batch) not in self._cleared:
+                    self.jfs.delete(self.path(STAGING, query, batch), True, self.conf)
+                    self._cleared.add((query, batch))
                 if query == self.query and batch > last - RETAIN_MARKERS:
                     continue
-                self.jfs.delete(self.path(STAGING, query, batch), True, self.conf)
                 self.jfs.delete(self._marker(batch, query), False, self.conf)
                 self._markers.pop((query, batch), None)
+                self._cleared.discard((query, batch))
             if query != self.query:
                 for name in self.jfs.children(self.path(STAGING, query), self.conf):
                     if name.isdigit() and int(name) not in markers:

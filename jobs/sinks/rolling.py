@@ -4,8 +4,9 @@ Plain Python, no Spark: the caller lists what is staged and passes the time in.
 
 Each batch's rows are staged per partition directory (jobs.sinks.files). A partition's staged
 files, oldest batch first, are rolled into one finished file when
-- they reach the target size (a file is cut as soon as its inputs reach it, so files are the
-  target size plus less than one staged file: a batch's share of one partition),
+- they reach the target size (a file is cut at the boundary between staged files closest to
+  the target, before or after it: files are the target size give or take half a staged file,
+  a batch's share of one partition),
 - the oldest has waited `max_file_age_seconds` (Flink's rollover interval),
 - no batch added to the partition for `inactivity_seconds` (Flink's inactivity interval),
 - or the schema changed (a restart with another transform): files of one schema only are
@@ -87,6 +88,11 @@ def _rolls(
 ) -> list[Roll]:
     rolls, current, size = [], [], 0
     for f in files:
+        if current and size + f.bytes >= policy.target_bytes:
+            # Cut where the file comes closest to the target: without f, or with it.
+            if policy.target_bytes - size < size + f.bytes - policy.target_bytes:
+                rolls.append(Roll(partition, tuple(current), "size"))
+                current, size = [], 0
         current.append(f)
         size += f.bytes
         if size >= policy.target_bytes:

@@ -8,6 +8,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.TreeMap;
 import java.util.UUID;
 import org.apache.avro.file.CodecFactory;
 import org.apache.avro.file.DataFileConstants;
@@ -90,19 +91,21 @@ public final class FileSink {
   }
 
   /**
-   * Every file under {@code dir}, recursively, as "relative path TAB bytes"; names hidden from
-   * readers, and everything under them, are left out (never entered: Spark's {@code _temporary}
-   * trees change while a batch is written). A directory that vanishes while listed, or is
-   * missing, has none.
+   * Every file under {@code dir}, recursively, as "relative path TAB bytes TAB where": names
+   * hidden from readers, and everything under them, are left out (never entered: Spark's
+   * {@code _temporary} trees change while a batch is written), but for a directory a {@link
+   * StagingCommitter} wrote: there the committed task attempts' files are listed as if they
+   * were in the directory itself ("where" is their own relative path; for any other file it is
+   * the relative path). A directory that vanishes while listed, or is missing, has none.
    */
   public static String[] listFiles(String dir, Configuration conf) throws IOException {
     Path root = new Path(dir);
     List<String> out = new ArrayList<>();
-    walk(fs(root, conf), root, "", out);
+    walk(fs(root, conf), root, "", "", out);
     return out.toArray(new String[0]);
   }
 
-  private static void walk(FileSystem fs, Path dir, String prefix, List<String> out)
+  private static void walk(FileSystem fs, Path dir, String prefix, String where, List<String> out)
       throws IOException {
     FileStatus[] found;
     try {
@@ -112,15 +115,48 @@ public final class FileSink {
     }
     for (FileStatus status : found) {
       String name = status.getPath().getName();
-      if (hidden(name)) {
+      if (name.equals(StagingCommitter.TASKS) && status.isDirectory()) {
+        for (String attempt : committedAttempts(fs, status.getPath())) {
+          String mine = StagingCommitter.ATTEMPTS + "/" + attempt;
+          walk(fs, new Path(dir, mine), prefix, where + mine + "/", out);
+        }
+      } else if (hidden(name)) {
         continue;
-      }
-      if (status.isDirectory()) {
-        walk(fs, status.getPath(), prefix + name + "/", out);
+      } else if (status.isDirectory()) {
+        walk(fs, status.getPath(), prefix + name + "/", where + name + "/", out);
       } else {
-        out.add(prefix + name + "\t" + status.getLen());
+        out.add(prefix + name + "\t" + status.getLen() + "\t" + where + name);
       }
     }
+  }
+
+  /** The attempts a {@link StagingCommitter}'s task records name, one per task (the latest
+   * record of a task if there were two). */
+  static List<String> committedAttempts(FileSystem fs, Path tasks) throws IOException {
+    Map<String, FileStatus> latest = new TreeMap<>();
+    FileStatus[] records;
+    try {
+      records = fs.listStatus(tasks);
+    } catch (FileNotFoundException gone) {
+      return List.of();
+    }
+    for (FileStatus record : records) {
+      String name = record.getPath().getName();
+      int cut = name.indexOf('=');
+      if (cut <= 0 || hidden(name)) {
+        continue; // not a record (a hidden temporary file of a local file system)
+      }
+      latest.merge(
+          name.substring(0, cut),
+          record,
+          (a, b) -> b.getModificationTime() > a.getModificationTime() ? b : a);
+    }
+    List<String> attempts = new ArrayList<>();
+    for (FileStatus record : latest.values()) {
+      String name = record.getPath().getName();
+      attempts.add(name.substring(name.indexOf('=') + 1));
+    }
+    return attempts;
   }
 
   /** A file's size in bytes. */
