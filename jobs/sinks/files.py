@@ -62,6 +62,8 @@ MERGING = "_merging"
 STAGING_COMMITTER = "controlplane.spark.StagingCommitter"
 OUTPUT_COMMITTER = "spark.sql.sources.outputCommitterClass"
 PARQUET_COMMITTER = "spark.sql.parquet.output.committer.class"
+S3A_COMMITTER_FACTORY = "mapreduce.outputcommitter.factory.scheme.s3a"
+FILE_COMMITTER_FACTORY = "org.apache.hadoop.mapreduce.lib.output.FileOutputCommitterFactory"
 ATTEMPTS = "_attempts"  # a batch's task attempts' directories (StagingCommitter.ATTEMPTS)
 EXTENSIONS = {"parquet": "parquet", "json": "json", "avro": "avro"}
 # Markers of this many batches before the query's last are kept after their files rolled: a
@@ -174,6 +176,9 @@ class FileSink:
             # committed attempts' (controlplane.spark.StagingCommitter, FileSink.listFiles).
             .option(OUTPUT_COMMITTER, STAGING_COMMITTER)
             .option(PARQUET_COMMITTER, STAGING_COMMITTER)
+            # The committer Spark asks the format for first, and replaces with ours: on S3
+            # S3A's factory would warn at every batch that a FileOutputCommitter is slow.
+            .option(S3A_COMMITTER_FACTORY, FILE_COMMITTER_FACTORY)
         )
         if self.sink.format == "json":
             writer = writer.option("compression", "none")  # merged byte for byte
