@@ -1624,9 +1624,15 @@ def cmd_test(stack: Stack, pytest_args: list[str]) -> int:
             if subprocess.run(command, cwd=ROOT, env=env, check=False).returncode != 0:
                 log(f"FAILED: {title}")
                 return 1
-        log("pytest")
+        # Two processes on two cores: most of the suite's time is spent waiting on drivers,
+        # services and restarts, not computing. A test file runs whole in one process
+        # (loadfile: module fixtures such as a private stack are made once); each process
+        # keeps its own database, Redis database, runs and checkpoints (tests/workers.py).
+        workers = os.environ.get("CONTROLPLANE_TEST_WORKERS", "2")
+        parallel = ["-n", workers, "--dist", "loadfile"] if workers not in ("", "0", "1") else []
+        log(f"pytest ({workers or 1} processes)" if parallel else "pytest")
         return subprocess.run(
-            [PY, "-m", "pytest", *pytest_args], cwd=ROOT, env=env, check=False
+            [PY, "-m", "pytest", *parallel, *pytest_args], cwd=ROOT, env=env, check=False
         ).returncode
     finally:
         stack.stop_services()

@@ -1,0 +1,46 @@
+"""What two tests running at once must not share, per pytest-xdist worker (`./stack test` runs
+the suite in CONTROLPLANE_TEST_WORKERS processes, 2 by default).
+
+Loaded as a plugin (`-p tests.workers`, pyproject.toml) so that it runs before pytest-django
+loads the settings: each worker then has its own Celery broker database in Redis (a worker's
+Celery processes never take another worker's tasks), its own runs and checkpoints
+directories under var/test-workers/<worker>/ (unless the environment names them), and
+pytest-django gives it its own test database (test_<name>_<worker>). The services
+themselves (PostgreSQL, Redis, Kafka, HDFS, S3) are shared: tests name their topics, tables
+and roots uniquely. Without xdist this does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+REDIS_DATABASES = 16
+
+
+def worker_number() -> int | None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker.removeprefix("gw")) if worker.startswith("gw") else None
+
+
+def _own_environment(number: int) -> None:
+    broker = os.environ.get("CELERY_BROKER_URL")
+    if broker:
+        base, _, db = broker.rpartition("/")
+        first = int(db or 0)
+        # Downwards from the run's own database (15 by default), wrapping round.
+        os.environ["CELERY_BROKER_URL"] = f"{base}/{(first - number) % REDIS_DATABASES}"
+    var = Path(os.environ.get("CONTROLPLANE_VAR_DIR") or ROOT / "var")
+    own = var / "test-workers" / f"gw{number}"
+    for name, folder in (
+        ("CONTROLPLANE_RUNS_ROOT", "runs"),
+        ("CONTROLPLANE_CHECKPOINT_ROOT", "checkpoints"),
+    ):
+        if not os.environ.get(name):
+            os.environ[name] = str(own / folder)
+
+
+_number = worker_number()
+if _number is not None:
+    _own_environment(_number)
