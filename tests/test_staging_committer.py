@@ -70,9 +70,7 @@ def test_a_task_attempt_writes_under_its_own_directory_and_its_commit_leaves_a_r
     assert _listed(jvm, conf, tmp_path / "q") == []
     assert committer.needsTaskCommit(context)
     committer.commitTask(context)
-    assert _visible(batch / "_tasks") == [
-        f"task_{JOB}_m_000000=attempt_{JOB}_m_000000_0"
-    ]
+    assert _visible(batch / "_tasks") == [f"task_{JOB}_m_000000=attempt_{JOB}_m_000000_0"]
     committer.commitJob(context)
     assert _visible(batch) == ["_attempts", "_tasks"]  # no _SUCCESS
     # Listed as if in the batch's directory, with where they are.
@@ -81,9 +79,7 @@ def test_a_task_attempt_writes_under_its_own_directory_and_its_commit_leaves_a_r
     ]
 
 
-def test_only_committed_attempts_count_and_an_aborted_attempt_leaves_nothing(
-    jvm, conf, tmp_path
-):
+def test_only_committed_attempts_count_and_an_aborted_attempt_leaves_nothing(jvm, conf, tmp_path):
     batch = tmp_path / "q" / "3"
     # Task 0: attempt 0 fails (aborted: its files deleted), attempt 1 commits.
     failed, failed_context = _committer(jvm, conf, batch, task=0, attempt=0)

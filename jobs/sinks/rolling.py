@@ -88,11 +88,11 @@ def _rolls(
 ) -> list[Roll]:
     rolls, current, size = [], [], 0
     for f in files:
-        if current and size + f.bytes >= policy.target_bytes:
-            # Cut where the file comes closest to the target: without f, or with it.
-            if policy.target_bytes - size < size + f.bytes - policy.target_bytes:
-                rolls.append(Roll(partition, tuple(current), "size"))
-                current, size = [], 0
+        # Cut where the file comes closest to the target: without f, or with it.
+        under, over = policy.target_bytes - size, size + f.bytes - policy.target_bytes
+        if current and over >= 0 and under < over:
+            rolls.append(Roll(partition, tuple(current), "size"))
+            current, size = [], 0
         current.append(f)
         size += f.bytes
         if size >= policy.target_bytes:
