@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -702,7 +703,9 @@ class FilesBatchWriter(BatchWriter):
         if self._plan is None:
             files.check_columns(self.sink, out.columns)
             self._plan = {"schema": files.group_key(self.sink, out.schema.json())}
+        started = time.monotonic()
         self.files.stage(out, batch_id)
+        staged = time.monotonic()
         unparsed = files.observed(observation)
         if unparsed != 0:  # None (not reported): read them to be safe
             letters = self._dead_letters(parsed.select(*self.one_pass_columns()))
@@ -711,7 +714,13 @@ class FilesBatchWriter(BatchWriter):
             unparsed = files.observed(counted)
         self.files.commit(batch_id, schema=self._plan["schema"], dead_letters=unparsed)
         self.compactor.poke()
-        log.info("batch %s: staged (files), %s dead letters", batch_id, unparsed)
+        log.info(
+            "batch %s: staged (files) in %.2f s, committed in %.2f s, %s dead letters",
+            batch_id,
+            staged - started,
+            time.monotonic() - staged,
+            unparsed,
+        )
 
 
 def _count_all():

@@ -195,8 +195,8 @@ def test_a_query_keeps_its_checkpoint_there_and_resumes_from_it(
 
 
 def _files_config(storage, root: str, topic: str, bootstrap: str, run_dir) -> RunConfig:
-    """Kafka into two files sinks under `root`, Parquet and JSON lines, its checkpoint there
-    too; rolled by hand (targets and intervals far away)."""
+    """Kafka into three files sinks under `root`, Parquet, JSON lines and Avro, its
+    checkpoint there too; rolled by hand (targets and intervals far away)."""
     sink = {"kind": "files", "connection": "lake", "target_file_mb": 64}
     sink |= {"max_file_age_seconds": 3600, "inactivity_seconds": 3600}
     spec = {
@@ -210,6 +210,7 @@ def _files_config(storage, root: str, topic: str, bootstrap: str, run_dir) -> Ru
         "sinks": [
             {**sink, "path": "out/parquet", "format": "parquet"},
             {**sink, "path": "out/json", "format": "json"},
+            {**sink, "path": "out/avro", "format": "avro"},
         ],
     }
     lake = {"files": {"root": f"{root}/lake"}}
@@ -220,7 +221,7 @@ def _files_config(storage, root: str, topic: str, bootstrap: str, run_dir) -> Ru
         postgres={},
         checkpoint=f"{root}/checkpoint",
         run_dir=str(run_dir),
-        sink_configs=(lake, lake),
+        sink_configs=(lake, lake, lake),
         # One task a batch, one staged file per sink: a few requests each on S3.
         default_partitions=1,
         storage={**storage, "checkpoint_root": root},
@@ -260,7 +261,7 @@ def test_the_files_sink_stages_rolls_and_reads_back_there_exactly_once(
     drain(session_for(spark, storage, root), config)
     _roll(session, config)
     want = sorted(f"e{i}" for i in range(400))
-    for fmt in ("parquet", "json"):
+    for fmt in ("parquet", "json", "avro"):
         base = f"{out}/{fmt}"
         finished = sorted(n for n in _names(spark, hadoop_conf, base) if not n.startswith("_"))
         assert finished == [f"part-00000001.{fmt}", f"part-00000002.{fmt}"]

@@ -338,6 +338,7 @@ class FileSink:
         file is there, record it in the manifest, delete the inputs, then the plan. Returns
         the finished file's bytes when this call merged it."""
         seq, fmt = planned["seq"], planned["format"]
+        started = time.monotonic()
         entry_path = self.path(MANIFEST, f"{seq:08d}.json")
         merged = None
         if not self.jfs.exists(entry_path, self.conf):
@@ -374,12 +375,13 @@ class FileSink:
             }
             self.jfs.create(entry_path, json.dumps(entry), self.conf)
             log.info(
-                "rolled %s staged files into %s (%s bytes, %s rows, %s)",
+                "rolled %s staged files into %s (%s bytes, %s rows, %s) in %.2f s",
                 len(planned["inputs"]),
                 planned["output"],
                 size,
                 rows,
                 planned["reason"],
+                time.monotonic() - started,
             )
         for p in planned["inputs"]:
             self.jfs.delete(self.path(p), False, self.conf)
