@@ -196,10 +196,13 @@ def _hdfs(hdfs: Mapping[str, Any], timeout: int) -> dict[str, str]:
         # Closing a file waits until the NameNode has heard from the DataNode about its last
         # block, polling 400 ms, 800 ms, ... apart by default: a checkpoint file (two per
         # batch) closed before the DataNode reported took 400 ms more (measured here: walCommit
-        # ~430 ms every other batch; 16-25 ms p50 with this). 50 ms doubling over 8 tries
-        # waits as long in all (12.75 s vs 12.4 s) before giving up.
-        "dfs.client.block.write.locateFollowingBlock.initial.delay.ms": "50",
-        "dfs.client.block.write.locateFollowingBlock.retries": "8",
+        # ~430 ms every other batch). The report comes within milliseconds, so the first poll
+        # is after 10 ms (with 50 ms every small file's close took ~59 ms: bench/storage.py's
+        # write_close p50; `dfs.namenode.file.close.num-committed-allowed` does not spare the
+        # wait where a block has as many replicas as its minimum). 10 ms doubling over 11
+        # tries waits longer in all than Hadoop's default (20.5 s vs 12.4 s) before giving up.
+        "dfs.client.block.write.locateFollowingBlock.initial.delay.ms": "10",
+        "dfs.client.block.write.locateFollowingBlock.retries": "11",
     }
     return {f"spark.hadoop.{key}": value for key, value in settings.items()}
 
