@@ -65,6 +65,7 @@ from bench.throughput import (  # noqa: E402
     bench_session,
     bench_source,
     delete_topics,
+    files_spec,
     machine,
     timed_drain,
 )
@@ -177,20 +178,13 @@ def files_config(
     trigger_seconds: float = 0,
     bootstrap: str,
 ) -> RunConfig:
-    spec = {
-        "source": bench_source(topic, per_batch),
-        "sink": {
-            "kind": "files",
-            "connection": "lake",
-            "path": "rolling",
-            "format": "parquet",
-            "partition_by": list(partition_by),
-            "target_file_mb": target_mb,
-            "max_file_age_seconds": 86400,
-            "inactivity_seconds": 86400,
-        },
-        "trigger": {"interval_seconds": trigger_seconds},
-    }
+    spec = files_spec(
+        topic,
+        per_batch,
+        target_mb=target_mb,
+        partition_by=partition_by,
+        trigger_seconds=trigger_seconds,
+    )
     (workdir / "lake").mkdir(parents=True, exist_ok=True)
     lake = {"files": {"root": (workdir / "lake").as_uri()}}
     return bench_config(spec, workdir, bootstrap, "bench", sink_configs=(lake,))

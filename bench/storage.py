@@ -93,6 +93,7 @@ from bench.throughput import (  # noqa: E402
     bench_source,
     delete_topics,
     drop_tables,
+    files_spec,
     machine,
     timed_drain,
 )
@@ -520,23 +521,6 @@ def print_overhead(figures: dict) -> None:
 
 
 # -- 2. the files sink on HDFS ---------------------------------------------------------------
-
-
-def files_spec(topic, per_batch, *, target_mb, partition_by=(), trigger_seconds=0.0) -> dict:
-    return {
-        "source": bench_source(topic, per_batch),
-        "sink": {
-            "kind": "files",
-            "connection": "lake",
-            "path": "rolling",
-            "format": "parquet",
-            "partition_by": list(partition_by),
-            "target_file_mb": target_mb,
-            "max_file_age_seconds": 86400,
-            "inactivity_seconds": 86400,
-        },
-        "trigger": {"interval_seconds": trigger_seconds},
-    }
 
 
 def files_config(spec: dict, root: str, bootstrap: str, work: Path) -> RunConfig:

@@ -378,6 +378,25 @@ def bench_source(
     }
 
 
+def files_spec(topic, per_batch, *, target_mb, partition_by=(), trigger_seconds=0.0) -> dict:
+    """The benches' files sink: the source's events into Parquet under the connection
+    `lake`, rolled by size only (age and inactivity a day away)."""
+    return {
+        "source": bench_source(topic, per_batch),
+        "sink": {
+            "kind": "files",
+            "connection": "lake",
+            "path": "rolling",
+            "format": "parquet",
+            "partition_by": list(partition_by),
+            "target_file_mb": target_mb,
+            "max_file_age_seconds": 86400,
+            "inactivity_seconds": 86400,
+        },
+        "trigger": {"interval_seconds": trigger_seconds},
+    }
+
+
 def bench_config(spec: dict, workdir: Path, bootstrap: str, prefix: str, **extra) -> RunConfig:
     """A run configuration of `spec` with its checkpoint and run directory in `workdir`,
     a pipeline named `prefix`-<random>; `extra`: RunConfig's other fields."""
