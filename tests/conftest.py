@@ -21,17 +21,7 @@ from tests.stores import (  # noqa: F401 - fixtures
     silent_address,
     where,
 )
-
-
-def _required_env(name: str) -> str:
-    value = os.environ.get(name, "").strip()
-    if not value:
-        pytest.fail(
-            f"{name} is not set: run the suite through `./stack test`, which starts the "
-            "services and exports their addresses",
-            pytrace=False,
-        )
-    return value
+from tests.stores import required_env as _required_env
 
 
 @pytest.fixture(scope="session")

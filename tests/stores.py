@@ -22,15 +22,21 @@ from jobs.storage import Storage, StorageSettings, join, storage_for
 STORES = ("local", "hdfs", "s3")
 
 
-def _required(name: str) -> str:
+def required_env(name: str, services: str = "the services") -> str:
+    """An environment variable `./stack test` sets; the test fails saying so when it is not
+    (a missing service is a failed run, never a skipped test)."""
     value = os.environ.get(name, "").strip()
     if not value:
         pytest.fail(
-            f"{name} is not set: run the suite through `./stack test`, which starts HDFS and "
-            "the S3 server and exports their addresses",
+            f"{name} is not set: run the suite through `./stack test`, which starts "
+            f"{services} and exports their addresses",
             pytrace=False,
         )
     return value
+
+
+def _required(name: str) -> str:
+    return required_env(name, "HDFS and the S3 server")
 
 
 def settings_for(kind: str, timeout: float = 10.0) -> StorageSettings:
