@@ -427,6 +427,11 @@ CONTROLPLANE_HEARTBEAT_TIMEOUT = env_float("CONTROLPLANE_HEARTBEAT_TIMEOUT", 30.
 CONTROLPLANE_STALL_SECONDS = env_float("CONTROLPLANE_STALL_SECONDS", 60.0, minimum=15.0)
 # How long a new driver may take to send its first heartbeat (Spark's start-up included).
 CONTROLPLANE_STARTUP_GRACE = env_float("CONTROLPLANE_STARTUP_GRACE", 120.0, minimum=1.0)
+# Health (controlplane.observability.health): a pipeline that failed this many times within
+# this many minutes since its last start by hand, its current run not having committed since
+# it started, is crash-looping (red everywhere), whatever its status says.
+CONTROLPLANE_CRASH_LOOP_FAILURES = env_int("CONTROLPLANE_CRASH_LOOP_FAILURES", 3, minimum=1)
+CONTROLPLANE_CRASH_LOOP_MINUTES = env_float("CONTROLPLANE_CRASH_LOOP_MINUTES", 10.0, minimum=1.0)
 
 # --- Sign-in and browser security (docs/security.md) ---------------------------------------
 # Lockout of repeated failed sign-ins on /login/ and /admin/login/ (django-axes): a user name

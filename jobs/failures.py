@@ -29,8 +29,18 @@ A foreachBatch function's exception reaches the driver wrapped by Spark
 (FOREACH_BATCH_USER_FUNCTION_ERROR, around py4j's "exception raised by the Python proxy"), its
 type lost on the way through the JVM: `recording` keeps the Python exception itself, by
 query, and the classifier looks through the wrapper to it. An exception raised in a Python
-worker (an executor) reaches the driver as text only (PYTHON_EXCEPTION); then there is no
-typed verdict (None), and the control plane falls back to reading the error output.
+worker (an executor) reaches the driver as text only (PYTHON_EXCEPTION): its type is read back
+from the traceback where it is one the driver knows (see below); otherwise there is no typed
+verdict (None), and the control plane falls back to reading the error output.
+
+Besides permanent or transient, a verdict names its **category** (`CATEGORIES`: an unknown
+column, a type mismatch, a missing topic, bad credentials, a lost connection, out of memory...),
+by the same types; the control plane's catalogue of causes (controlplane.supervision.explain)
+gives each the fix its runbook suggests. An exception raised in a Python worker reaches the
+driver as text (PYTHON_EXCEPTION, its traceback inside): its type is read from that traceback's
+last line and looked up among the modules the driver has loaded (psycopg's, kafka-python's,
+ours; nothing is imported), so that a worker's psycopg error is judged by its class and SQLSTATE
+like the driver's own.
 
 The verdict goes to the control plane with the driver's exit (`write_verdict`: RUN_DIR/
 failure.json, which the supervisor, or the shared application, adds to its exit report).
@@ -44,6 +54,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -59,14 +71,49 @@ VERDICT_FILE = "failure.json"
 MAX_REASON = 1000
 MAX_TYPE = 200
 MAX_CONDITION = 100
+MAX_CATEGORY = 40
 DETAIL_CHARS = 500
+
+# What a failure is, whatever decided it (one word each; the control plane's catalogue,
+# controlplane.supervision.explain, says each in words with the fix its runbook suggests).
+DEFINITION = "definition"  # the spec cannot work as written (Spark's analyzer, our checks)
+UNKNOWN_COLUMN = "unknown-column"  # a column the transform or the sink table does not have
+TYPE_MISMATCH = "type-mismatch"  # a value or type a column cannot take
+MISSING_TABLE = "missing-table"  # a table (or database) that does not exist
+MISSING_TOPIC = "missing-topic"  # a Kafka topic that does not exist
+AUTHENTICATION = "authentication"  # credentials refused
+AUTHORIZATION = "authorization"  # logged in, but not allowed
+CONSTRAINT = "constraint"  # the sink table refused a row (unique, not null, check, foreign key)
+DATA_LOSS_CATEGORY = "data-loss"  # records deleted by retention before they were read
+STATE_INCOMPATIBLE = "state-incompatible"  # the checkpoint's state cannot follow the spec
+STORE_UNAVAILABLE = "store-unavailable"  # HDFS or S3 down, not ready or throttling
+CONNECTION_LOST = "connection-lost"  # a database or broker refused, dropped or timed out
+OUT_OF_MEMORY = "out-of-memory"
+OTHER = "other"
+CATEGORIES = (
+    DEFINITION,
+    UNKNOWN_COLUMN,
+    TYPE_MISMATCH,
+    MISSING_TABLE,
+    MISSING_TOPIC,
+    AUTHENTICATION,
+    AUTHORIZATION,
+    CONSTRAINT,
+    DATA_LOSS_CATEGORY,
+    STATE_INCOMPATIBLE,
+    STORE_UNAVAILABLE,
+    CONNECTION_LOST,
+    OUT_OF_MEMORY,
+    OTHER,
+)
 
 
 class PermanentError(Exception):
     """Base of our exceptions that restarting cannot fix. `what` names the kind, in words
-    (the start of the verdict's reason)."""
+    (the start of the verdict's reason); `category` is its place in CATEGORIES."""
 
     what = "a permanent failure"
+    category = DEFINITION
 
 
 class DefinitionError(PermanentError):
@@ -82,6 +129,7 @@ class Verdict:
     reason: str  # in words, for the operator
     type: str  # the exception's type that decided (Python or Java class name)
     condition: str = ""  # Spark's error condition, or the SQLSTATE, that decided (if any)
+    category: str = OTHER  # what it is (CATEGORIES)
 
     @property
     def permanent(self) -> bool:
@@ -101,21 +149,24 @@ CREDENTIALS = "bad credentials"
 PRIVILEGES = "missing privileges"
 NO_TOPIC = "a topic that does not exist"
 
-# Spark error conditions (CLASS or CLASS.SUBCLASS; a name ending in "_" is a prefix).
-_CONDITIONS: tuple[tuple[tuple[str, ...], str], ...] = (
+# Spark error conditions (CLASS or CLASS.SUBCLASS; a name ending in "_" is a prefix): the
+# permanent kind in words, and the category.
+_CONDITIONS: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    (
+        ("UNRESOLVED_COLUMN", "UNRESOLVED_FIELD", "COLUMN_NOT_DEFINED_IN_TABLE"),
+        ANALYSIS,
+        UNKNOWN_COLUMN,
+    ),
+    (("DATATYPE_MISMATCH", "INVALID_EXTRACT_BASE_FIELD_TYPE"), ANALYSIS, TYPE_MISMATCH),
     (
         (
-            "UNRESOLVED_COLUMN",
             "UNRESOLVED_ROUTINE",
-            "UNRESOLVED_FIELD",
             "TABLE_OR_VIEW_NOT_FOUND",
             "PARSE_SYNTAX_ERROR",
-            "DATATYPE_MISMATCH",
-            "INVALID_EXTRACT_BASE_FIELD_TYPE",
             "AMBIGUOUS_REFERENCE",
-            "COLUMN_NOT_DEFINED_IN_TABLE",
         ),
         ANALYSIS,
+        DEFINITION,
     ),
     # A stateful transform changed in a way its checkpoint's state cannot follow: Spark
     # refuses to restore it at every start, until the spec goes back or the offsets are reset.
@@ -130,6 +181,7 @@ _CONDITIONS: tuple[tuple[tuple[str, ...], str], ...] = (
             "STREAMING_STATEFUL_OPERATOR_",
         ),
         STATE,
+        STATE_INCOMPATIBLE,
     ),
     (
         (
@@ -138,40 +190,67 @@ _CONDITIONS: tuple[tuple[tuple[str, ...], str], ...] = (
             "UNSUPPORTED_STREAMING_OPERATOR_",
         ),
         STREAMING,
+        DEFINITION,
     ),
-    (("KAFKA_DATA_LOSS",), DATA_LOSS),
+    (("KAFKA_DATA_LOSS",), DATA_LOSS, DATA_LOSS_CATEGORY),
 )
 # What wraps a foreachBatch function's exception (its Python type is behind it).
 FOREACH_BATCH = "FOREACH_BATCH_USER_FUNCTION_ERROR"
 # What an exception raised in a Python worker becomes: its type survives only as text.
 PYTHON_WORKER = "PYTHON_EXCEPTION"
 
-# Postgres SQLSTATEs (psycopg or JDBC), exact codes first, then classes (first two chars).
-_SQLSTATES = {
-    "28P01": f"{CREDENTIALS} (the database refused the password)",
-    "28000": f"{CREDENTIALS} (the database refused the login)",
-    "42501": f"{PRIVILEGES} (the database refused the statement)",
-    "42703": "a definition error (the sink table has no such column)",
-    "42P01": "a definition error (the sink table does not exist)",
-    "42804": "a definition error (a column of the sink table cannot take the output's type)",
-    "22P02": "a definition error (a column of the sink table cannot take the output's values)",
-    "3D000": "a definition error (the sink database does not exist)",
+# Postgres SQLSTATEs (psycopg or JDBC), exact codes first, then classes (first two chars):
+# the permanent kind in words (None: transient), and the category.
+_SQLSTATES: dict[str, tuple[str | None, str]] = {
+    "28P01": (f"{CREDENTIALS} (the database refused the password)", AUTHENTICATION),
+    "28000": (f"{CREDENTIALS} (the database refused the login)", AUTHENTICATION),
+    "42501": (f"{PRIVILEGES} (the database refused the statement)", AUTHORIZATION),
+    "42703": ("a definition error (the sink table has no such column)", UNKNOWN_COLUMN),
+    "42P01": ("a definition error (the sink table does not exist)", MISSING_TABLE),
+    "42804": (
+        "a definition error (a column of the sink table cannot take the output's type)",
+        TYPE_MISMATCH,
+    ),
+    "22P02": (
+        "a definition error (a column of the sink table cannot take the output's values)",
+        TYPE_MISMATCH,
+    ),
+    "3D000": ("a definition error (the sink database does not exist)", MISSING_TABLE),
 }
-_SQLSTATE_CLASSES = {
-    "42": "a definition error (the sink table does not fit the output)",
-    "22": "a definition error (a column of the sink table cannot take the output's values)",
-    "28": CREDENTIALS,
+_SQLSTATE_CLASSES: dict[str, tuple[str | None, str]] = {
+    "42": ("a definition error (the sink table does not fit the output)", DEFINITION),
+    "22": (
+        "a definition error (a column of the sink table cannot take the output's values)",
+        TYPE_MISMATCH,
+    ),
+    "28": (CREDENTIALS, AUTHENTICATION),
+    # A row the table refuses (unique, not null, check, foreign key): the batch is replayed
+    # as it was, so it fails again, but an operator may change the table (or the data may be
+    # let through by a fixed upstream): transient, the restart policy decides.
+    "23": (None, CONSTRAINT),
+    # Connection exceptions, an administrator's shutdown, too many connections.
+    "08": (None, CONNECTION_LOST),
+    "57": (None, CONNECTION_LOST),
+    "53": (None, CONNECTION_LOST),
 }
 
-# Java classes (the exception's class or a superclass).
-_JAVA_CLASSES = {
-    "org.apache.spark.sql.AnalysisException": ANALYSIS,
-    "org.apache.kafka.common.errors.UnknownTopicOrPartitionException": NO_TOPIC,
-    "org.apache.kafka.common.errors.InvalidTopicException": NO_TOPIC,
-    "org.apache.kafka.common.errors.AuthenticationException": CREDENTIALS,
-    "org.apache.kafka.common.errors.AuthorizationException": PRIVILEGES,
+# Java classes (the exception's class or a superclass): the permanent kind in words (None:
+# transient), and the category.
+_JAVA_CLASSES: dict[str, tuple[str | None, str]] = {
+    "org.apache.spark.sql.AnalysisException": (ANALYSIS, DEFINITION),
+    "org.apache.kafka.common.errors.UnknownTopicOrPartitionException": (NO_TOPIC, MISSING_TOPIC),
+    "org.apache.kafka.common.errors.InvalidTopicException": (NO_TOPIC, MISSING_TOPIC),
+    "org.apache.kafka.common.errors.AuthenticationException": (CREDENTIALS, AUTHENTICATION),
+    "org.apache.kafka.common.errors.AuthorizationException": (PRIVILEGES, AUTHORIZATION),
     # HDFS refused the user a path (its permissions or ACLs): an HDFS admin must change them.
-    "org.apache.hadoop.security.AccessControlException": PRIVILEGES,
+    "org.apache.hadoop.security.AccessControlException": (PRIVILEGES, AUTHORIZATION),
+    "java.lang.OutOfMemoryError": (None, OUT_OF_MEMORY),
+    "org.apache.kafka.common.errors.TimeoutException": (None, CONNECTION_LOST),
+    "org.apache.kafka.common.errors.NetworkException": (None, CONNECTION_LOST),
+    "org.apache.kafka.common.errors.DisconnectException": (None, CONNECTION_LOST),
+    "java.net.ConnectException": (None, CONNECTION_LOST),
+    "java.net.SocketTimeoutException": (None, CONNECTION_LOST),
+    "java.net.UnknownHostException": (None, CONNECTION_LOST),
 }
 _PY4J_PROXY_ERROR = "py4j.Py4JException"  # a Python callback's (foreachBatch's) exception
 
@@ -228,48 +307,145 @@ _STORAGE_ERROR = "jobs.storage.StorageError"
 STORE_FAILED = "a checkpoint or files store could not be used"
 
 
-def _of_condition(condition: str) -> str | None:
-    for names, what in _CONDITIONS:
+_Judged = tuple  # (the permanent kind in words or None for transient, the category)
+
+
+def _of_condition(condition: str) -> _Judged | None:
+    for names, what, category in _CONDITIONS:
         for name in names:
             if (
                 condition.startswith(name)
                 if name.endswith("_")
                 else condition == name or condition.startswith(name + ".")
             ):
-                return what
+                return what, category
     return None
 
 
-def _of_sqlstate(state: str) -> str | None:
+def _of_sqlstate(state: str) -> _Judged | None:
     return _SQLSTATES.get(state) or _SQLSTATE_CLASSES.get(state[:2])
 
 
-def _of_kafka_python(exc: BaseException) -> str | None:
-    try:
-        from kafka import errors
-    except ImportError:
+def _of_kafka_python(cls: type) -> _Judged | None:
+    errors = sys.modules.get("kafka.errors")
+    if errors is None:
         return None
-    if isinstance(exc, errors.UnknownTopicOrPartitionError):
-        return NO_TOPIC
-    authorization = tuple(
-        getattr(errors, name)
-        for name in (
+
+    def named(*names: str) -> tuple:
+        return tuple(
+            getattr(errors, n) for n in names if isinstance(getattr(errors, n, None), type)
+        )
+
+    if issubclass(cls, named("UnknownTopicOrPartitionError", "InvalidTopicError")):
+        return NO_TOPIC, MISSING_TOPIC
+    if issubclass(
+        cls,
+        named(
             "TopicAuthorizationFailedError",
             "GroupAuthorizationFailedError",
             "ClusterAuthorizationFailedError",
             "TransactionalIdAuthorizationFailedError",
-        )
-        if hasattr(errors, name)
-    )
-    if authorization and isinstance(exc, authorization):
-        return PRIVILEGES
-    authentication = tuple(
-        getattr(errors, name)
-        for name in ("AuthenticationFailedError", "SaslAuthenticationFailedError")
-        if hasattr(errors, name)
-    )
-    if authentication and isinstance(exc, authentication):
-        return CREDENTIALS
+        ),
+    ):
+        return PRIVILEGES, AUTHORIZATION
+    if issubclass(cls, named("AuthenticationFailedError", "SaslAuthenticationFailedError")):
+        return CREDENTIALS, AUTHENTICATION
+    if issubclass(
+        cls,
+        named(
+            "NoBrokersAvailable",
+            "KafkaConnectionError",
+            "KafkaTimeoutError",
+            "RequestTimedOutError",
+        ),
+    ):
+        return None, CONNECTION_LOST
+    return None
+
+
+def _of_class(cls: type) -> _Judged | None:
+    """What an exception's Python class says (ours, psycopg's, kafka-python's, the
+    built-in ones), without an instance: also for a type read back from a worker's text."""
+    if issubclass(cls, PermanentError):
+        return cls.what, cls.category
+    top = cls.__module__.split(".", 1)[0]
+    if top == "psycopg":
+        state = getattr(cls, "sqlstate", None)
+        if isinstance(state, str) and state:
+            return _of_sqlstate(state)
+        if cls.__name__ in ("OperationalError", "InterfaceError"):
+            return None, CONNECTION_LOST
+        return None
+    if top == "kafka":
+        return _of_kafka_python(cls)
+    if issubclass(cls, MemoryError):
+        return None, OUT_OF_MEMORY
+    if issubclass(cls, (ConnectionError, TimeoutError)):
+        return None, CONNECTION_LOST
+    return None
+
+
+# -- an exception raised in a Python worker, read back from its text ------------------------
+
+# Where its traceback starts, and its last line: "module.Class: message".
+_TRACEBACK = "Traceback (most recent call last):"
+_EXCEPTION_LINE = re.compile(r"^(?P<name>[A-Za-z_][\w.]*): ?(?P<detail>.*)$")
+# What Spark appends to a message.
+_SPARK_SUFFIX = re.compile(r"(\s*SQLSTATE: \w+)+\s*$")
+# The packages whose exceptions are looked up by name (among the modules already loaded).
+_KNOWN_PACKAGES = ("psycopg", "kafka", "jobs", "builtins")
+
+
+def _worker_exception(text: str) -> tuple[type, str, str] | None:
+    """(class, its name, message) of the exception a Python worker's traceback in `text`
+    ends with, where its class is one the driver has loaded from a package it knows (never
+    imported here: a message is not trusted to name modules); None otherwise."""
+    at = text.rfind(_TRACEBACK)
+    if at < 0:
+        return None
+    lines = text[at + len(_TRACEBACK) :].splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith((" ", "\t")) or not line.strip():
+            continue
+        match = _EXCEPTION_LINE.match(line)
+        if match is None:
+            continue
+        cls = _loaded_class(match.group("name"))
+        if cls is None:
+            continue
+        detail = match.group("detail").strip()
+        # What follows the exception's line: psycopg's CONTEXT (which row and column),
+        # until Spark's own text starts.
+        context = []
+        for extra in lines[i + 1 :]:
+            extra = _SPARK_SUFFIX.sub("", extra).strip()
+            if not extra or extra.startswith(("===", "JVM stacktrace")):
+                break
+            context.append(extra)
+        message = _SPARK_SUFFIX.sub("", detail)
+        found = _context_of(context)
+        return cls, match.group("name"), f"{message} ({found})" if found else message
+    return None
+
+
+def _context_of(lines: list[str]) -> str:
+    """psycopg's CONTEXT line ("COPY t, line 1, column n: ..."), which names the column."""
+    for line in lines:
+        if line.startswith("CONTEXT:"):
+            return line[len("CONTEXT:") :].strip()
+    return ""
+
+
+def _loaded_class(name: str) -> type | None:
+    module, _, qualname = name.rpartition(".")
+    module = module or "builtins"
+    if module.split(".", 1)[0] not in _KNOWN_PACKAGES:
+        return None
+    found = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None) if found is not None else None
+    if isinstance(found, type) and issubclass(found, BaseException):
+        return found
     return None
 
 
@@ -285,38 +461,71 @@ class _Link:
     condition: str = ""
     sqlstate: str = ""
     what: str | None = None  # the permanent kind its type says, if any
+    category: str | None = None  # what it is (CATEGORIES), if its type says
     lost: bool = False  # a Python exception whose type did not survive the JVM
     fault: str | None = None  # a store down, not ready or throttling, in words (transient)
+
+    def judged(self, found: _Judged | None, *, over: bool = False) -> None:
+        """Take what a type, condition or SQLSTATE says: if nothing decided yet (or `over`
+        it, when `found` is the more telling)."""
+        if found is None:
+            return
+        what, category = found
+        if over and (what is not None or self.what is None):
+            self.what, self.category = what or self.what, category
+        elif self.what is None and (what is not None or self.category is None):
+            self.what, self.category = what, category
 
 
 def _python_link(exc: BaseException) -> _Link:
     kind = type(exc)
     link = _Link(type=f"{kind.__module__}.{kind.__qualname__}", message=str(exc))
     if isinstance(exc, PermanentError):
-        link.what = exc.what
+        link.what, link.category = exc.what, exc.category
         return link
     condition = _call(exc, "getCondition") if hasattr(exc, "getCondition") else None
     if condition:
         link.condition = str(condition)
-        link.what = _of_condition(link.condition)
-        link.lost = link.condition == PYTHON_WORKER
+        link.judged(_of_condition(link.condition))
+        if link.condition == PYTHON_WORKER:
+            _read_back(link)
     state = getattr(exc, "sqlstate", None)  # psycopg
     if isinstance(state, str) and state and _module(exc) == "psycopg":
         link.sqlstate = state
-        link.what = link.what or _of_sqlstate(state)
+        link.judged(_of_sqlstate(state))
+        context = getattr(getattr(exc, "diag", None), "context", None)
+        if context:
+            first = next((x for x in link.message.splitlines() if x.strip()), "")
+            link.message = f"{first.strip()} ({str(context).strip().splitlines()[0]})"
     if link.what is None and _module(exc) == "pyspark":
         from pyspark.errors import AnalysisException
 
         if isinstance(exc, AnalysisException):
-            link.what = ANALYSIS
-    if link.what is None and _module(exc) == "kafka":
-        link.what = _of_kafka_python(exc)
+            link.judged((ANALYSIS, DEFINITION))
+    if not link.lost:
+        link.judged(_of_class(kind))
     if link.what is None and _STORAGE_ERROR in _python_classes(exc):
         # jobs.storage's words name the store and what failed ("HDFS at nn:9870: OPEN
         # /cp/metadata: could not connect"): its strerror, without "[Errno 5]".
         link.fault = STORE_FAILED
+        link.category = STORE_UNAVAILABLE
         link.message = str(getattr(exc, "strerror", None) or exc)
     return link
+
+
+def _read_back(link: _Link) -> None:
+    """A Python worker's exception (PYTHON_EXCEPTION): its type read back from the
+    traceback in its text where the driver knows it, else marked lost."""
+    found = _worker_exception(link.message)
+    if found is None:
+        link.lost = True
+        return
+    cls, name, message = found
+    link.type, link.message, link.condition = name, message, ""
+    state = getattr(cls, "sqlstate", None)
+    link.sqlstate = state if isinstance(state, str) else ""
+    link.what = link.category = None
+    link.judged(_of_class(cls))
 
 
 def _python_classes(exc: BaseException) -> list[str]:
@@ -335,27 +544,29 @@ def _java_link(java: Any, stores: Mapping[str, str]) -> _Link:
     link.type = remote or link.type
     for name in (remote, *classes) if remote else classes:
         if name in _JAVA_CLASSES:
-            link.what = _JAVA_CLASSES[name]
+            link.judged(_JAVA_CLASSES[name])
             break
     if link.what is None:
         found = _store_fault(java, classes, remote, stores)
         if found is not None:
             link.fault, link.type = found
+            link.category = STORE_UNAVAILABLE
     condition = _call(java, "getCondition")
     if condition:
         link.condition = str(condition)
-        link.what = _of_condition(link.condition) or link.what
-        link.lost = link.condition == PYTHON_WORKER
+        link.judged(_of_condition(link.condition), over=True)
+        if link.condition == PYTHON_WORKER:
+            _read_back(link)
         state = _call(java, "getSqlState")
         # Spark's analysis errors are SQLSTATE class 42 ("syntax error or access rule
         # violation"), whatever their condition.
-        if link.what is None and state and str(state).startswith("42"):
-            link.what = ANALYSIS
+        if link.what is None and not link.lost and state and str(state).startswith("42"):
+            link.judged((ANALYSIS, DEFINITION))
     if "java.sql.SQLException" in classes:
         state = _call(java, "getSQLState")
         if state:
             link.sqlstate = str(state)
-            link.what = link.what or _of_sqlstate(link.sqlstate)
+            link.judged(_of_sqlstate(link.sqlstate))
     return link
 
 
@@ -508,6 +719,7 @@ def classify(
                 _clip(f"{link.what}: {_detail(link.message)}", MAX_REASON),
                 _clip(link.type, MAX_TYPE),
                 _clip(link.condition or link.sqlstate, MAX_CONDITION),
+                link.category or DEFINITION,
             )
     condition = next((x.condition or x.sqlstate for x in links if x.condition or x.sqlstate), "")
     fault = next((link for link in links if link.fault), None)
@@ -518,16 +730,20 @@ def classify(
             _clip(f"{fault.fault}: {short}: {_detail(fault.message)}", MAX_REASON),
             _clip(fault.type, MAX_TYPE),
             _clip(condition, MAX_CONDITION),
+            STORE_UNAVAILABLE,
         )
     if any(link.lost for link in links):
         return None
     root = links[-1]  # the innermost cause: what went wrong first
     short = root.type.rsplit(".", 1)[-1]
+    # What it is: the outermost cause whose type says (a lost connection, out of memory).
+    category = next((link.category for link in links if link.category), OTHER)
     return Verdict(
         TRANSIENT,
         _clip(f"{short}: {_detail(root.message)}", MAX_REASON),
         _clip(root.type, MAX_TYPE),
         _clip(condition, MAX_CONDITION),
+        category,
     )
 
 
@@ -537,7 +753,19 @@ def _detail(message: str) -> str:
 
 
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return clip(text, limit)
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` in at most `limit` characters: cut at a word's end (never inside a word, unless
+    a single word is longer than half the limit), with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rstrip().rfind(" ")
+    if space >= limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + "…"
 
 
 # -- a foreachBatch function's exception -----------------------------------------------------
@@ -643,8 +871,9 @@ def read_verdict(run_dir: str | os.PathLike) -> dict[str, str] | None:
 
 
 def checked(data: Any) -> dict[str, str]:
-    """`data` as a verdict: {kind, reason, type, condition}, every field a string within its
-    bound; ValueError naming the field otherwise. Other keys are left out (a newer driver's)."""
+    """`data` as a verdict: {kind, reason, type, condition, category}, every field a string
+    within its bound (an older driver's has no category: none then); ValueError naming the field
+    otherwise. Other keys are left out (a newer driver's)."""
     if not isinstance(data, dict):
         raise ValueError("must be an object: {kind, reason, type, condition}")
     if data.get("kind") not in KINDS:
@@ -654,8 +883,11 @@ def checked(data: Any) -> dict[str, str]:
         ("reason", MAX_REASON, True),
         ("type", MAX_TYPE, False),
         ("condition", MAX_CONDITION, False),
+        ("category", MAX_CATEGORY, False),
     ):
         value = data.get(name)
+        if name == "category" and value is None:
+            continue  # an older driver's verdict: without one
         if value is None and not required:
             value = ""
         if not isinstance(value, str) or (required and not value.strip()):

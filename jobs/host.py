@@ -64,7 +64,7 @@ class Member(threading.Thread):
         self.channel = channel
 
     def run(self) -> None:
-        code, error, failure, pipeline = 0, "", None, None
+        code, error, failure, pipeline, config = 0, "", None, None, None
         try:
             # A member's batches are not split over the application's task slots: the
             # members are the parallelism (RunConfig.default_partitions).
@@ -87,7 +87,7 @@ class Member(threading.Thread):
             error = "".join(traceback.format_exception(exc))[-ERROR_TAIL_CHARS:]
             # Permanent or not, by the exception's type (jobs.failures), while the JVM that
             # holds a Java exception's causes is up.
-            failure = judge(exc, pipeline)
+            failure = judge(exc, pipeline, config)
             log.error("member %s failed: %s", self.run_dir, str(exc)[:500])
         report = {"exit_code": code, "ended_at": time.time(), "error_tail": error}
         if failure is not None:

@@ -12,6 +12,7 @@ calls it once per member, each in a session and thread of its own.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import sys
 import time
@@ -131,17 +132,21 @@ def main(argv: list[str]) -> int:
         )
         try:
             # Judged before the session stops: a Java exception's causes are read through it.
-            with judged(run_dir, config.pipeline):
+            with judged(run_dir, config.pipeline, config):
                 serve(spark, run_dir, config)
         finally:
             spark.stop()
     return 0
 
 
-def judge(exc: BaseException, pipeline: str | None = None) -> dict | None:
+def judge(
+    exc: BaseException, pipeline: str | None = None, config: RunConfig | None = None
+) -> dict | None:
     """The verdict on the exception a run failed with (jobs.failures: by its type), as its
-    exit report carries it; None if there is none to give. Never raises: the failure itself
-    must still be reported, whatever happens here."""
+    exit report carries it; None if there is none to give. A missing topic is named (Kafka's
+    own error does not say which): the source's topics are looked up in its cluster, given
+    the run's `config`. Never raises: the failure itself must still be reported, whatever
+    happens here."""
     try:
         verdict = failures.classify(
             exc,
@@ -151,11 +156,48 @@ def judge(exc: BaseException, pipeline: str | None = None) -> dict | None:
     except Exception:
         log.exception("the failure could not be classified")
         return None
-    return verdict.as_dict() if verdict is not None else None
+    if verdict is None:
+        return None
+    if verdict.category == failures.MISSING_TOPIC and config is not None:
+        verdict = _naming_topics(verdict, config)
+    return verdict.as_dict()
+
+
+def _naming_topics(verdict: failures.Verdict, config: RunConfig) -> failures.Verdict:
+    """The verdict on a missing topic, naming the source's topics its cluster does not
+    have (asked once, within the client's request timeout); as it was if none is missing
+    there (a sink's topic: its own check names it) or the cluster cannot be asked."""
+    from .kafka.source import metadata_consumer
+
+    topics = list(config.spec.source.topics) if config.spec.source is not None else []
+    if not topics:
+        return verdict
+    try:
+        consumer = metadata_consumer({**config.kafka, "request_timeout_ms": 5000})
+        try:
+            existing = consumer.topics()
+        finally:
+            consumer.close()
+    except Exception as exc:  # the cluster cannot say: the verdict stays as it is
+        log.warning("the source's topics could not be looked up: %s", exc)
+        return verdict
+    missing = [t for t in topics if t not in existing]
+    if not missing:
+        return verdict
+    names = ", ".join(repr(t) for t in missing)
+    which = "topic" if len(missing) == 1 else "topics"
+    reason = failures.clip(
+        f"{failures.NO_TOPIC}: the source's {which} {names} not found on its Kafka cluster"
+        f" ({verdict.reason.removeprefix(failures.NO_TOPIC + ': ')})",
+        failures.MAX_REASON,
+    )
+    return dataclasses.replace(verdict, reason=reason)
 
 
 @contextlib.contextmanager
-def judged(run_dir: Path, pipeline: str | None = None) -> Iterator[None]:
+def judged(
+    run_dir: Path, pipeline: str | None = None, config: RunConfig | None = None
+) -> Iterator[None]:
     """On an exception leaving the block: write its verdict (RUN_DIR/failure.json, which
     the supervisor adds to its exit report), then let it go on."""
     try:
@@ -165,7 +207,7 @@ def judged(run_dir: Path, pipeline: str | None = None) -> Iterator[None]:
             raise  # by an inner block, nearer the failure (the JVM may be gone by now)
         with contextlib.suppress(AttributeError):
             setattr(exc, JUDGED, True)
-        verdict = judge(exc, pipeline)
+        verdict = judge(exc, pipeline, config)
         if verdict is not None:
             try:
                 failures.write_verdict(run_dir, failures.Verdict(**verdict))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.supervision.explain import summarize
+from controlplane.supervision.explain import CATALOGUE, KILLED, cause_of, recorded, summarize
 
 SPARK_ANALYSIS = """Traceback (most recent call last):
   File "/work/main/jobs/run.py", line 97, in serve
@@ -109,3 +109,82 @@ def test_the_api_and_the_page_say_it_first(api, pipeline, django_user_model):
     client.force_login(user)
     html = client.get("/pipelines/orders/").content.decode()
     assert '<strong class="summary">out of memory: Java heap space</strong>' in html
+
+
+# -- the catalogue: one line naming what to fix, its category and the fix --------------------
+
+KEY_VERDICT = {
+    "kind": "permanent",
+    "reason": 'a definition error (the sink table has no such column): column "courier_id"'
+    " named in key does not exist",
+    "type": "psycopg.errors.UndefinedColumn",
+    "condition": "42703",
+    "category": "unknown-column",
+}
+# What the run's error output holds then: Spark's wrapper first, the cause after 1,500 chars.
+WRAPPED = (
+    "pyspark.errors.exceptions.captured.StreamingQueryException: [STREAM_FAILED] Query [id ="
+    " 1] terminated with exception: [FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in"
+    " the user provided function in foreach batch sink. " + "x" * 1500
+)
+
+
+def test_the_drivers_verdict_is_the_line_shown_not_sparks_wrapper():
+    said = cause_of("crashed", 1, WRAPPED, KEY_VERDICT)
+    assert said.line == KEY_VERDICT["reason"]
+    assert said.category == "unknown-column"
+    assert "ALTER TABLE" in said.fix
+    assert said.title == "a column that does not exist"
+
+
+def test_a_signal_beats_whatever_the_killed_driver_printed():
+    said = cause_of("crashed", -9, "WARNING: Using incubator modules: jdk.incubator.vector", None)
+    assert (said.category, said.line) == (KILLED, "killed by signal 9 (SIGKILL)")
+    assert "OOM killer" in said.fix
+
+
+@pytest.mark.parametrize(
+    ("cause", "category", "words"),
+    [
+        ("application-lost", "application-lost", "its shared application's process ended"),
+        ("host-lost", "host-lost", "host was lost"),
+        ("lost-heartbeat", "lost-heartbeat", "no heartbeat"),
+        ("vanished", "vanished", "disappeared without an exit report"),
+    ],
+)
+def test_ends_the_control_plane_saw_have_their_own_entries(cause, category, words):
+    said = cause_of(cause, None, "", None)
+    assert said.category == category and words in said.line
+    assert said.fix and said.fix != CATALOGUE["other"].fix
+
+
+def test_an_unknown_category_from_a_report_is_other():
+    said = cause_of("crashed", 1, "", {**KEY_VERDICT, "category": "<script>"})
+    assert said.category == "other" and said.fix == CATALOGUE["other"].fix
+
+
+def test_without_a_verdict_the_text_says_what_it_can():
+    said = cause_of("crashed", 1, OOM, None)
+    assert (said.category, said.line) == ("out-of-memory", "out of memory: Java heap space")
+
+
+def test_every_category_a_driver_gives_has_an_entry():
+    from jobs.failures import CATEGORIES
+
+    assert set(CATEGORIES) <= set(CATALOGUE)
+
+
+def test_a_recorded_reason_is_kept_and_an_older_failure_is_read_again():
+    kept = recorded("crashed", 1, WRAPPED, reason="missing x", category="missing-topic")
+    assert (kept.line, kept.category) == ("missing x", "missing-topic")
+    again = recorded("crashed", -9, "noise", reason="", category="")
+    assert again.line == "killed by signal 9 (SIGKILL)"
+
+
+def test_a_long_line_is_cut_at_a_word_never_inside_one():
+    from jobs.failures import clip
+
+    text = "column " + " ".join(f"word{i}" for i in range(100))
+    cut = clip(text, 60)
+    assert len(cut) <= 60 and cut.endswith("…")
+    assert cut[:-1].split()[-1] in text.split()  # the last word is whole

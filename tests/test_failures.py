@@ -249,15 +249,84 @@ def test_a_foreach_batch_exception_is_seen_through_sparks_wrapper(spark):
     assert failures.classify(exc) is None
 
 
-@pytest.mark.spark
-def test_an_error_in_a_python_worker_gives_no_verdict(spark):
+class UnknownToTheDriver(Exception):
+    """An exception class of a module the classifier does not look in (tests.*)."""
+
+
+def _fail_in_worker(spark, exc: BaseException) -> BaseException:
     def fail(batches):
-        raise ValueError("a Python worker's error reaches the driver as text")
+        raise exc
         yield from batches
 
-    exc = raised(lambda: spark.range(2).mapInArrow(fail, "id long").collect())
+    return raised(lambda: spark.range(2).mapInArrow(fail, "id long").collect())
+
+
+@pytest.mark.spark
+def test_an_error_of_a_type_the_driver_does_not_know_gives_no_verdict(spark):
+    exc = _fail_in_worker(spark, UnknownToTheDriver("a Python worker's error reaches it as text"))
     assert exc.getCondition() == "PYTHON_EXCEPTION"
     assert failures.classify(exc) is None
+
+
+@pytest.mark.spark
+def test_a_python_workers_error_is_judged_by_its_type_read_back(spark):
+    """Its class is read from the traceback in the text and found among the driver's
+    modules: a built-in error is transient, ours permanent, as if raised in the driver."""
+    exc = _fail_in_worker(spark, MemoryError("no room for the batch"))
+    verdict = failures.classify(exc)
+    assert (verdict.kind, verdict.category, verdict.type) == (
+        TRANSIENT,
+        failures.OUT_OF_MEMORY,
+        "MemoryError",
+    ), verdict
+    assert verdict.reason == "MemoryError: no room for the batch"
+    exc = _fail_in_worker(spark, MixedWritesError("batch 3 was partly written directly"))
+    verdict = failures.classify(exc)
+    assert (verdict.kind, verdict.category) == (PERMANENT, failures.DEFINITION), verdict
+    assert verdict.type == "jobs.sinks.postgres.MixedWritesError"
+    assert verdict.reason == "a definition error: batch 3 was partly written directly"
+
+
+@pytest.mark.spark
+def test_a_python_workers_postgres_error_says_its_sqlstate_and_column(spark, sink_dsn, sink_table):
+    """A type mismatch met by a COPY in a worker (as the Postgres sink's is): permanent by
+    psycopg's class (SQLSTATE 22007), its CONTEXT naming the column."""
+
+    def copy(batches):
+        import psycopg as pg
+
+        with pg.connect(sink_dsn) as conn, conn.cursor() as cur:
+            conn.execute("CREATE TEMP TABLE typed (id text, at timestamptz)")
+            with cur.copy("COPY typed (id, at) FROM STDIN") as stream:
+                stream.write_row(("a", "2"))
+        yield from batches
+
+    verdict = failures.classify(
+        raised(lambda: spark.range(1).mapInArrow(copy, "id long").collect())
+    )
+    assert (verdict.kind, verdict.category, verdict.condition) == (
+        PERMANENT,
+        failures.TYPE_MISMATCH,
+        "22007",
+    ), verdict
+    assert verdict.type == "psycopg.errors.InvalidDatetimeFormat"
+    assert "column at" in verdict.reason and "SQLSTATE" not in verdict.reason, verdict.reason
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Not a module the classifier looks in (and nothing is imported for a name).
+        "Traceback (most recent call last):\n  File x\nos.SomethingError: boom\n",
+        "Traceback (most recent call last):\n  File x\nsubprocess.CalledProcessError: boom\n",
+        # A name that is not an exception class.
+        "Traceback (most recent call last):\n  File x\njobs.failures.classify: boom\n",
+        # No traceback at all.
+        "psycopg.errors.UndefinedColumn: column x does not exist\n",
+    ],
+)
+def test_a_workers_text_names_only_known_exception_classes(text):
+    assert failures._worker_exception(text) is None
 
 
 @pytest.mark.spark

@@ -144,3 +144,49 @@ def test_the_offsets_a_query_started_from_are_read_from_its_checkpoint(tmp_path)
     # As Spark's Kafka connector writes it: a zero byte, a version line, then JSON.
     (tmp_path / "sources" / "0" / "0").write_bytes(b'\x00v1\n{"t":{"1":7,"0":42}}')
     assert initial_offsets(tmp_path) == {("t", 0): 42, ("t", 1): 7}
+
+
+# -- judged over commits, as Burrow judges consumers ------------------------------------------
+
+
+def sawtooth(lags):
+    """A sample every 10 s, each after a new commit (committed grows by 2000 each time)."""
+    return samples(*((10 * i, lag, 2000 * (i + 1)) for i, lag in enumerate(lags)))
+
+
+def test_a_sawtooth_between_commits_is_ok_however_it_is_sampled():
+    """200 events/s, a 1 s trigger: each sample catches the lag somewhere in its tooth."""
+    for lags in ([150, 30, 190, 80, 120, 60, 170], [10, 50, 90, 130, 170, 190, 40]):
+        status = lag_status(sawtooth(lags), running=True, now=T0 + timedelta(seconds=60), window=60)
+        assert status.status == "ok", lags
+
+
+def test_lag_at_every_commit_never_lower_than_before_is_lagging():
+    status = lag_status(
+        sawtooth([100, 300, 300, 700, 1200, 1500, 2100]),
+        running=True,
+        now=T0 + timedelta(seconds=60),
+        window=60,
+    )
+    assert status.status == "lagging"
+
+
+def test_one_commit_that_caught_up_is_ok():
+    status = lag_status(
+        sawtooth([100, 300, 0, 700, 1200]), running=True, now=T0 + timedelta(seconds=40), window=60
+    )
+    assert status.status == "ok"
+
+
+def test_too_few_commits_are_not_enough_to_say_lagging():
+    status = lag_status(
+        sawtooth([100, 900]), running=True, now=T0 + timedelta(seconds=10), window=60
+    )
+    assert status.status == "ok"
+
+
+def test_a_commits_lag_is_the_lowest_sampled_while_it_stood():
+    from controlplane.observability.lag import commits
+
+    found = commits(samples((0, 50, 1), (5, 20, 1), (10, 80, 2), (15, 90, 2), (20, 10, 3)))
+    assert found == [20, 80, 10]

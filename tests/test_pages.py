@@ -151,7 +151,7 @@ def test_the_overview_puts_problems_first_and_says_so_in_words(
         "d-stopped",
         "e-suspended",
     ]
-    assert "✖</span> Failed" in html and "failed: gave up restarting" in html
+    assert "✖</span> failed" in html and "gave up restarting" in html
     assert "backing off (attempt 2)" in html
     assert "the topics have no partitions" in html  # why the running one is degraded
     assert "(3) Pipelines" in html  # the tab title counts the problems

@@ -21,6 +21,8 @@ from controlplane.definitions.models import (
     ReconcilerState,
     Run,
 )
+from controlplane.observability import assess as assessing
+from controlplane.observability import health
 
 from . import rules, state
 from .models import Alert, AlertChannel, AlertDelivery, AlertRule, AlertState, DeliveryStatus
@@ -255,6 +257,11 @@ def _pipeline_facts(
         .only("pipeline_id", "started_at", "last_batch_at")
     ):
         latest_run[run.pipeline_id] = run
+    # Health and the last cause, as the overview, the page and the API show them.
+    assessed = assessing.assess(
+        list(Pipeline.objects.only("id", "status", "desired_state", "attempt", "restarts_since")),
+        now,
+    )
     out = {}
     for pipeline_id, name, status, desired, labels, rolled_at, note in Pipeline.objects.values_list(
         "id",
@@ -267,6 +274,7 @@ def _pipeline_facts(
     ):
         stored = figures.get(pipeline_id)
         run = latest_run.get(pipeline_id)
+        judged = assessed.get(pipeline_id)
         out[pipeline_id] = (
             name,
             rules.Facts(
@@ -283,6 +291,10 @@ def _pipeline_facts(
                 rolled_back_at=rolled_at,
                 rolled_back_note=note,
                 state=series.get(pipeline_id, ()),
+                health=judged.health.state if judged else "",
+                health_why=judged.health.why if judged else "",
+                health_red=bool(judged and judged.health.colour == health.RED),
+                cause=judged.cause.line if judged and judged.cause else "",
             ),
             labels or {},
         )

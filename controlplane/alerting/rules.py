@@ -17,6 +17,10 @@ from .state_growth import OperatorSeries, assess
 # kind: (parameters it takes, what it watches). Parameters are numbers.
 KINDS: dict[str, tuple[tuple[str, ...], str]] = {
     "gave-up": ((), "the pipeline's restart policy gave up (status failed)"),
+    "unhealthy": (
+        (),
+        "the pipeline's health is red: failed, crash-looping or failing (docs/oncall.md)",
+    ),
     "backing-off": (("minutes",), "the pipeline has been backing off for longer than N minutes"),
     "restarts": (("count", "minutes"), "more than COUNT failures within MINUTES"),
     "lag-seconds": (("above",), "lag in seconds above a threshold (for the rule's `for` time)"),
@@ -61,6 +65,11 @@ class Facts:
     rolled_back_note: str = ""
     # Its stateful operators' rows and sizes over the longest state-growth window.
     state: tuple[OperatorSeries, ...] = ()
+    # Its health (controlplane.observability.health): the state, why, and whether red.
+    health: str = ""
+    health_why: str = ""
+    health_red: bool = False
+    cause: str = ""  # its last failure's cause, in one line (since its last start by hand)
 
 
 @dataclass(frozen=True)
@@ -105,16 +114,19 @@ def repeat_interval(seconds: int, floor: int) -> timedelta | None:
 def holds(kind: str, params: dict, facts: Facts, now: datetime) -> str | None:
     """The message saying why the rule holds for the pipeline, or None."""
     if kind == "gave-up":
-        return (
-            "the restart policy gave up: the pipeline is failed"
-            if facts.status == "failed"
-            else None
-        )
+        if facts.status != "failed":
+            return None
+        return "the restart policy gave up: the pipeline is failed" + _because(facts)
+    if kind == "unhealthy":
+        return f"{facts.health}: {facts.health_why}" if facts.health_red else None
     if kind == "backing-off":
         limit = timedelta(minutes=params["minutes"])
         since = facts.backing_off_since
         if facts.status == "backing-off" and since is not None and now - since > limit:
-            return f"backing off for {_minutes(now - since)} (more than {params['minutes']:g} min)"
+            return (
+                f"backing off for {_minutes(now - since)} (more than {params['minutes']:g} min)"
+                + _because(facts)
+            )
         return None
     if kind == "restarts":
         window = timedelta(minutes=params["minutes"])
@@ -122,7 +134,7 @@ def holds(kind: str, params: dict, facts: Facts, now: datetime) -> str | None:
         if len(recent) > params["count"]:
             return (
                 f"{len(recent)} failures within {params['minutes']:g} min "
-                f"(more than {params['count']:g})"
+                f"(more than {params['count']:g})" + _because(facts)
             )
         return None
     if kind == "lag-seconds":
@@ -238,3 +250,8 @@ def _minutes(delta: timedelta) -> str:
     if seconds < 120:
         return f"{seconds:.0f} s"
     return f"{seconds / 60:.0f} min"
+
+
+def _because(facts: Facts) -> str:
+    """Its last failure's cause, after a message about failures."""
+    return f"; last failure: {facts.cause}" if facts.cause else ""

@@ -21,6 +21,7 @@ from controlplane.alerting import state as state_facts
 from controlplane.definitions import services
 from controlplane.definitions.models import DEDICATED, AuditEntry, Pipeline, RestorePoint
 from controlplane.observability import dead_letters, metrics, state
+from controlplane.observability.assess import assess, assess_one
 from controlplane.supervision import controls, offsets, restore_points, tasks
 from jobs.spec import SpecError
 
@@ -86,6 +87,15 @@ class PipelineViewSet(viewsets.ModelViewSet):
     serializer_class = PipelineSerializer
     lookup_field = "name"
     lookup_value_regex = "[a-z0-9-]+"
+
+    def list(self, request, *args, **kwargs) -> Response:
+        """The pipelines, a page at a time; each page's health assessed in one go."""
+        queryset = self.filter_queryset(self.get_queryset())
+        page = self.paginate_queryset(queryset)
+        items = page if page is not None else list(queryset)
+        context = {**self.get_serializer_context(), "assessments": assess(items, timezone.now())}
+        data = self.get_serializer_class()(items, many=True, context=context).data
+        return self.get_paginated_response(data) if page is not None else Response(data)
 
     def get_queryset(self):
         """`?label=team:payments` (repeatable): pipelines carrying every one of them."""
@@ -527,11 +537,18 @@ class PipelineViewSet(viewsets.ModelViewSet):
         """Figures: checkpoint progress, Kafka lag (records, seconds, status, per partition),
         backpressure (level, busy ratio) and throughput, as the metrics collector last
         computed them (every CONTROLPLANE_COLLECT_SECONDS): `collected_at` and `age_seconds`
-        say how fresh they are. `status` is the pipeline's current status. `state`: each
+        say how fresh they are. `status` is the pipeline's current status; `health` its
+        health (state, colour, why, and its last failure's cause with the runbook's fix:
+        docs/oncall.md), as the overview shows it. `state`: each
         stateful operator's figures as of the last batch reported (empty without state)."""
         pipeline = self.get_object()
+        now = timezone.now()
         return Response(
-            {**metrics.stored(pipeline, timezone.now()), "state": state.current_of(pipeline)}
+            {
+                **metrics.stored(pipeline, now),
+                "health": assess_one(pipeline, now).as_dict(),
+                "state": state.current_of(pipeline),
+            }
         )
 
     @extend_schema(

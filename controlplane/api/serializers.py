@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -15,7 +16,8 @@ from controlplane.definitions.models import (
     RunState,
     Status,
 )
-from controlplane.supervision.explain import summarize
+from controlplane.observability.assess import assess_one
+from controlplane.supervision import explain
 
 
 @extend_schema_field({"$ref": "#/components/schemas/PipelineSpec"})
@@ -84,6 +86,11 @@ class PipelineSerializer(serializers.ModelSerializer):
         " repeatedly (null: never).",
     )
     last_failure = serializers.SerializerMethodField()
+    health = serializers.SerializerMethodField(
+        help_text="Whether it does its job: state (failed, crash-looping, failing, recovering,"
+        " lagging, degraded, healthy, stopped), colour, why, and the cause of its last failure"
+        " since its last start by hand (summary, category, title, fix). docs/oncall.md."
+    )
 
     class Meta:
         model = Pipeline
@@ -106,6 +113,7 @@ class PipelineSerializer(serializers.ModelSerializer):
             "attempt",
             "restarts",
             "next_attempt_at",
+            "health",
             "last_failure",
             "created_at",
             "updated_at",
@@ -129,21 +137,46 @@ class PipelineSerializer(serializers.ModelSerializer):
             "properties": {
                 "cause": {"type": "string"},
                 "at": {"type": "string", "format": "date-time"},
+                "summary": {"type": "string"},
+                "category": {"type": "string"},
+                "fix": {"type": "string"},
                 "message": {"type": "string"},
                 "decision": {"type": "string"},
             },
         }
     )
     def get_last_failure(self, pipeline: Pipeline) -> dict | None:
-        failure = pipeline.failures.first()
+        failure = pipeline.failures.select_related("run").first()
         if failure is None:
             return None
+        said = explain.recorded(
+            failure.cause,
+            failure.run.exit_code if failure.run_id else None,
+            failure.message,
+            failure.reason,
+            failure.category,
+        )
+        secrets = _secrets(self.context)
         return {
             "cause": failure.cause,
             "at": serializers.DateTimeField().to_representation(failure.at),
-            "message": mask(failure.message, _secrets(self.context)),
+            "summary": mask(said.line, secrets),
+            "category": said.category,
+            "fix": said.fix,
+            "message": mask(failure.message, secrets),
             "decision": failure.decision,
         }
+
+    @extend_schema_field({"type": "object"})
+    def get_health(self, pipeline: Pipeline) -> dict:
+        found = (self.context.get("assessments") or {}).get(pipeline.pk)
+        if found is None:
+            found = assess_one(pipeline, timezone.now())
+        out = found.as_dict()
+        if out["cause"]:
+            out["cause"]["summary"] = mask(out["cause"]["summary"], _secrets(self.context))
+        out["why"] = mask(out["why"], _secrets(self.context))
+        return out
 
     @extend_schema_field({"type": "string", "nullable": True})
     def get_application(self, pipeline: Pipeline) -> str | None:
@@ -270,26 +303,52 @@ class RunSerializer(serializers.ModelSerializer):
     def get_summary(self, run: Run) -> str:
         if not run.cause:
             return ""
-        return mask(summarize(run.cause, run.exit_code, run.error_tail), _secrets(self.context))
+        failure = run.failures.order_by("-at").first()  # its cause as recorded, if it failed
+        said = (
+            explain.recorded(
+                run.cause, run.exit_code, run.error_tail, failure.reason, failure.category
+            )
+            if failure is not None
+            else explain.cause_of(run.cause, run.exit_code, run.error_tail)
+        )
+        return mask(said.line, _secrets(self.context))
 
 
 class FailureSerializer(serializers.ModelSerializer):
     run = serializers.SlugRelatedField(slug_field="generation", read_only=True)
     message = serializers.SerializerMethodField()
-    summary = serializers.SerializerMethodField(help_text="Why the run ended, in words.")
+    summary = serializers.SerializerMethodField(
+        help_text="Why the run ended, in one line naming what to fix (the innermost cause)."
+    )
+    category = serializers.SerializerMethodField(
+        help_text="The kind of failure: a key of the cause catalogue (docs/oncall.md)."
+    )
+    fix = serializers.SerializerMethodField(help_text="What the runbook suggests for it.")
 
     class Meta:
         model = Failure
         fields = [
-            "at", "cause", "summary", "message", "permanent", "decision", "restart_at", "run",
+            "at", "cause", "summary", "category", "fix", "message", "permanent", "decision",
+            "restart_at", "run",
         ]  # fmt: skip
 
     def get_message(self, failure: Failure) -> str:
         return mask(failure.message, _secrets(self.context))
 
-    def get_summary(self, failure: Failure) -> str:
+    def _cause(self, failure: Failure) -> explain.Cause:
         exit_code = failure.run.exit_code if failure.run_id else None
-        return mask(summarize(failure.cause, exit_code, failure.message), _secrets(self.context))
+        return explain.recorded(
+            failure.cause, exit_code, failure.message, failure.reason, failure.category
+        )
+
+    def get_summary(self, failure: Failure) -> str:
+        return mask(self._cause(failure).line, _secrets(self.context))
+
+    def get_category(self, failure: Failure) -> str:
+        return self._cause(failure).category
+
+    def get_fix(self, failure: Failure) -> str:
+        return self._cause(failure).fix
 
 
 class AuditEntrySerializer(serializers.ModelSerializer):

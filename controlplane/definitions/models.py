@@ -333,6 +333,12 @@ class Failure(models.Model):
     at = models.DateTimeField()
     cause = models.CharField(max_length=64)
     message = models.TextField(blank=True, help_text="The end of the driver's error output.")
+    reason = models.TextField(
+        blank=True, help_text="Why, in one line naming what to fix (supervision.explain)."
+    )
+    category = models.CharField(
+        max_length=40, blank=True, help_text="The kind of failure (explain.CATALOGUE's key)."
+    )
     permanent = models.BooleanField(default=False)
     run_started_at = models.DateTimeField(null=True, blank=True)
     decision = models.TextField(blank=True, help_text="What the restart policy decided, and why.")
@@ -517,6 +523,8 @@ class PipelineFigures(models.Model):
     lag_status = models.CharField(max_length=16, blank=True)
     lag_error = models.TextField(blank=True)
     backpressure = models.CharField(max_length=16, blank=True)
+    # The checkpoint's last commit as the round saw it (what health asks, without the JSON).
+    last_commit_at = models.DateTimeField(null=True, blank=True)
     # How long until Kafka's retention may delete records it has not read (None: nothing
     # unread under time-based retention).
     data_loss_seconds = models.FloatField(null=True, blank=True)

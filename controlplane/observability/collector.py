@@ -17,6 +17,7 @@ import time
 from datetime import datetime
 
 from django.db import IntegrityError, connection, transaction
+from django.utils.dateparse import parse_datetime
 
 from controlplane.definitions.models import LagSample, Pipeline, PipelineFigures
 from jobs.kafka.offsets import nest
@@ -89,6 +90,7 @@ def _round(now: datetime) -> dict:
                 lag_status=lag.get("status") or "",
                 lag_error=lag.get("error") or "",
                 backpressure=result.figures["backpressure"]["level"],
+                last_commit_at=parse_datetime(result.figures["checkpoint"]["last_commit_at"] or ""),
                 data_loss_seconds=(lag.get("data_loss") or {}).get("seconds"),
                 start_offsets=nest(start) if start else None,
                 dead_letters=counted["count"] if counted else None,
@@ -130,6 +132,7 @@ def _store(samples: list[LagSample], rows: list[PipelineFigures]) -> None:
                 "lag_status",
                 "lag_error",
                 "backpressure",
+                "last_commit_at",
                 "data_loss_seconds",
                 "start_offsets",
                 "dead_letters",

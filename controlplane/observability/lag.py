@@ -1,12 +1,22 @@
 """Kafka lag and backpressure maths: plain Python, time passed in.
 
-Lag status in the spirit of LinkedIn's Burrow, over a window of samples (time, total lag,
-sum of committed offsets):
+Lag status as LinkedIn's Burrow judges a consumer: not from the lag at one moment (a
+micro-batch job's lag is a saw-tooth: it grows between commits and drops at each), but over
+the commits in a window (the last `window` seconds of the collector's samples: time, total
+lag, sum of committed offsets). Each commit is the committed position that samples saw; its
+lag is the lowest lag sampled while it stood (the nearest to the moment it was made). Then:
 
   stopped   the pipeline is not running (its lag is still computed: it grows while stopped)
-  ok        no lag, or lag that is not growing (the job keeps up or catches up)
-  lagging   lag > 0 and growing over the window (the job reads slower than producers write)
-  stalled   lag > 0 and the committed offsets did not move over the window
+  ok        no lag now; or some commit in the window had no lag (Burrow's rule 1: it
+            caught up); or the lag at commits went down at least once (it keeps up)
+  stalled   lag > 0 and the committed offsets did not move over the window (at least half
+            of it sampled: Burrow's "stall")
+  lagging   lag > 0 at every commit in the window, never lower than at the commit before,
+            and higher at the last than at the first, over at least MIN_COMMITS commits
+            (Burrow's "warning": the job reads slower than producers write)
+
+So a job that keeps up reads `ok` between its commits whatever its trigger, and one that falls
+behind reads `lagging` within MIN_COMMITS collector rounds.
 
 Backpressure, Spark's counterpart of Flink's OK / LOW / HIGH. Flink measures the share of
 time a task is blocked by its downstream (OK <= 10 %, LOW <= 50 %, HIGH above). A micro-batch
@@ -29,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import pairwise
 
 BUSY_LOW = 0.5
 BUSY_HIGH = 1.0
@@ -84,6 +95,11 @@ class LagStatus:
         return {"status": self.status, "trend": self.trend, "eta_seconds": self.eta_seconds}
 
 
+# Commits a window must hold to call a lag `lagging` (Burrow's window holds 10 commits; a
+# collector samples every 10 s by default, so the 60 s window holds about 6).
+MIN_COMMITS = 3
+
+
 def lag_status(
     samples: Sequence[Sample], *, running: bool, now: datetime, window: float
 ) -> LagStatus:
@@ -107,9 +123,27 @@ def lag_status(
     spans_window = (recent[-1].at - recent[0].at).total_seconds() >= window / 2
     if spans_window and recent[-1].committed == recent[0].committed:
         return LagStatus("stalled", trend, None)
-    if trend is not None and trend > 0 and recent[-1].lag > recent[0].lag:
+    lags = commits(recent)
+    if 0 in lags:
+        return LagStatus("ok", trend, eta)
+    never_down = all(later >= earlier for earlier, later in pairwise(lags))
+    if len(lags) >= MIN_COMMITS and never_down and lags[-1] > lags[0]:
         return LagStatus("lagging", trend, None)
     return LagStatus("ok", trend, eta)
+
+
+def commits(samples: Sequence[Sample]) -> list[int]:
+    """The lag at each commit the samples saw (oldest first): a commit is a committed
+    position, its lag the lowest sampled while it stood."""
+    out: list[int] = []
+    position = None
+    for sample in samples:
+        if sample.committed != position:
+            out.append(sample.lag)
+            position = sample.committed
+        else:
+            out[-1] = min(out[-1], sample.lag)
+    return out
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ from controlplane.definitions.models import (
     Status,
 )
 
-from . import metrics
+from . import health, metrics
 from . import state as state_figures
+from .assess import assess
 
 LEVELS = {"ok": 0, "low": 1, "high": 2}
 LAG_STATUSES = ("ok", "lagging", "stalled", "stopped")
@@ -31,6 +32,17 @@ LAG_STATUSES = ("ok", "lagging", "stalled", "stopped")
 
 FAMILIES = [
     ("cp_pipeline_status", "gauge", "1 for the pipeline's current status"),
+    (
+        "cp_pipeline_health",
+        "gauge",
+        "1 for the pipeline's health (failed, crash-looping, failing, recovering, lagging,"
+        " degraded, healthy, stopped: docs/oncall.md)",
+    ),
+    (
+        "cp_pipeline_red",
+        "gauge",
+        "1 when the pipeline's health is red (failed, crash-looping, failing)",
+    ),
     ("cp_pipeline_restarts_total", "counter", "automatic restarts of the pipeline, ever"),
     ("cp_pipeline_restart_attempt", "gauge", "restart attempt under the restart policy"),
     ("cp_lag_records", "gauge", "records in Kafka not yet committed by the pipeline"),
@@ -135,11 +147,20 @@ class StoredFigures:
         stored = {f.pipeline_id: f for f in PipelineFigures.objects.all()}
         latest = metrics.latest_batches(stored)
         names = {}
-        for pipeline in Pipeline.objects.order_by("name").only(
-            "id", "name", "status", "placement", "restarts", "attempt"
-        ):
+        pipelines = list(
+            Pipeline.objects.order_by("name").only(
+                "id", "name", "status", "desired_state", "placement", "restarts", "attempt",
+                "restarts_since",
+            )
+        )  # fmt: skip
+        assessed = assess(pipelines, now, stored)
+        for pipeline in pipelines:
             names[pipeline.pk] = pipeline.name
             who = {"pipeline": pipeline.name}
+            judged = assessed[pipeline.pk].health
+            for name in health.STATES:
+                add("cp_pipeline_health", {**who, "state": name}, int(judged.state == name))
+            add("cp_pipeline_red", who, int(judged.colour == health.RED))
             where = {"placement": pipeline.placement, "application": placed.get(pipeline.pk, "")}
             add("cp_pipeline_placement_info", {**who, **where}, 1)
             for status in Status.values:

@@ -7,7 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from controlplane.definitions.models import Pipeline, PipelineFigures, Status
-from controlplane.observability import metrics
+from controlplane.observability import health, metrics
+from controlplane.observability.assess import assess
+from controlplane.observability.health import Health
+from controlplane.supervision.explain import Cause
 
 # Severity, highest first: what an on-call engineer must look at before anything else.
 FAILING, RECOVERING, DEGRADED, HEALTHY, QUIET = 0, 1, 2, 3, 4
@@ -35,7 +38,8 @@ STATUS_SYMBOLS = {
     Status.SUSPENDED: "⏸",
     Status.FAILED: "✖",
 }
-
+# The same for health, by its colour.
+HEALTH_SYMBOLS = {health.RED: "✖", health.AMBER: "▲", health.GREEN: "●", health.GREY: "■"}
 
 SORTS = {
     # name: (label, key over a Row); ties by name
@@ -56,6 +60,8 @@ class Row:
     lag_records: int | None
     lag_seconds: float | None
     figures: dict | None = None
+    health: Health | None = None
+    cause: Cause | None = None
 
     @property
     def severity_name(self) -> str:
@@ -64,6 +70,10 @@ class Row:
     @property
     def symbol(self) -> str:
         return STATUS_SYMBOLS.get(self.pipeline.status, "?")
+
+    @property
+    def health_symbol(self) -> str:
+        return HEALTH_SYMBOLS[self.health.colour] if self.health else "?"
 
 
 @dataclass
@@ -76,23 +86,17 @@ class Page:
     collected_at: datetime | None  # the oldest figures on this page
 
 
-def classify(pipeline: Pipeline, figures: dict) -> tuple[int, str]:
-    status = pipeline.status
-    lag = figures["lag"]
-    pressure = figures["backpressure"]
-    if status == Status.FAILED:
-        return FAILING, "failed: gave up restarting"
-    if status in (Status.BACKING_OFF, Status.RESTARTING, Status.STARTING):
-        return RECOVERING, f"{pipeline.get_status_display().lower()} (attempt {pipeline.attempt})"
-    if status == Status.RUNNING:
-        if lag.get("error"):
-            return DEGRADED, lag["error"]
-        if lag.get("status") in ("stalled", "lagging"):
-            return DEGRADED, f"lag {lag['status']}"
-        if pressure.get("level") == "high":
-            return DEGRADED, "high backpressure"
-        return HEALTHY, "ok"
-    return QUIET, pipeline.get_status_display().lower()
+# Health (controlplane.observability.health) as the overview's severity groups.
+SEVERITY_OF = {
+    health.FAILED: FAILING,
+    health.CRASH_LOOPING: FAILING,
+    health.FAILING: FAILING,
+    health.RECOVERING: RECOVERING,
+    health.LAGGING: DEGRADED,
+    health.DEGRADED: DEGRADED,
+    health.HEALTHY: HEALTHY,
+    health.STOPPED: QUIET,
+}
 
 
 def rows(
@@ -115,6 +119,7 @@ def rows(
         "desired_state",
         "attempt",
         "restarts",
+        "restarts_since",
         "next_attempt_at",
         "figures__collected_at",
         "figures__lag_records",
@@ -122,28 +127,27 @@ def rows(
         "figures__lag_status",
         "figures__lag_error",
         "figures__backpressure",
+        "figures__last_commit_at",
         "labels",
     )
     for key, value in labels:
         pipelines = pipelines.filter(labels__contains={key: value})
+    chosen = list(pipelines.order_by("name"))
+    stored_of = {p.pk: p.figures for p in chosen if getattr(p, "figures", None) is not None}
+    assessed = assess(chosen, now, stored_of)
     everything = []
-    for pipeline in pipelines.order_by("name"):
-        stored = getattr(pipeline, "figures", None)
-        summary = {
-            "lag": {
-                "error": stored.lag_error if stored else "",
-                "status": stored.lag_status if stored else "",
-            },
-            "backpressure": {"level": stored.backpressure if stored else "ok"},
-        }
-        severity, why = classify(pipeline, summary)
+    for pipeline in chosen:
+        stored = stored_of.get(pipeline.pk)
+        judged = assessed[pipeline.pk]
         everything.append(
             Row(
                 pipeline,
-                severity,
-                why,
+                SEVERITY_OF[judged.health.state],
+                judged.health.why,
                 stored.lag_records if stored else None,
                 stored.lag_seconds if stored else None,
+                health=judged.health,
+                cause=judged.cause,
             )
         )
     problems = sum(1 for r in everything if r.severity < HEALTHY)

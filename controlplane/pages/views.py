@@ -27,8 +27,7 @@ from controlplane.definitions.models import (
     RunState,
 )
 from controlplane.observability import dead_letters, metrics, state
-from controlplane.supervision import controls, offsets, restore_points, tasks
-from controlplane.supervision.explain import summarize
+from controlplane.supervision import controls, explain, offsets, restore_points, tasks
 from jobs.spec import SpecError
 
 from . import detail, overview
@@ -417,7 +416,11 @@ def _masked(failures) -> list:
     secrets = known_secrets()
     for failure in out:
         exit_code = failure.run.exit_code if failure.run_id else None
-        failure.summary = mask(summarize(failure.cause, exit_code, failure.message), secrets)
+        said = explain.recorded(
+            failure.cause, exit_code, failure.message, failure.reason, failure.category
+        )
+        failure.summary = mask(said.line, secrets)
+        failure.fix = said.fix
         failure.message = mask(failure.message, secrets)
     return out
 

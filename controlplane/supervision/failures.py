@@ -33,6 +33,8 @@ class Judgement:
     cause: str
     # The driver's words (its verdict's reason), or None when the text table decided.
     reason: str | None = None
+    # The driver's verdict as checked (kind, reason, type, condition, category), if any.
+    verdict: dict | None = None
 
 
 def parse(data: Any) -> dict[str, str]:
@@ -53,7 +55,7 @@ def judge(failure: Any, error: str, cause: str) -> Judgement:
     if verdict is not None:
         permanent = verdict["kind"] == PERMANENT
         reason = verdict["reason"]
-        return Judgement(permanent, reason if permanent else cause, reason)
+        return Judgement(permanent, reason if permanent else cause, reason, verdict)
     # Fallback for reports without a verdict (older drivers, a type lost in a Python worker)
     # and launch failures: the text table of restarts.classify.
     kind = restarts.classify(error)

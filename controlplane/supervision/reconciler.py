@@ -49,6 +49,7 @@ from jobs.spec.model import NoRestart
 from . import (
     applications,
     attention,
+    explain,
     failures,
     hosts,
     launcher,
@@ -563,7 +564,7 @@ def _finish(
     if cause in AS_ASKED or pipeline.desired_state != DesiredState.RUNNING:
         transition(pipeline, Observation.ENDED, if_generation=run.generation, next_attempt_at=None)
         return True
-    _failed(pipeline, run, now, cause=cause, error=error, failure=failure)
+    _failed(pipeline, run, now, cause=cause, error=error, failure=failure, exit_code=exit_code)
     return True
 
 
@@ -580,12 +581,14 @@ def _failed(
     cause: str,
     error: str,
     failure: dict | None = None,
+    exit_code: int | None = None,
 ) -> None:
     """A run the pipeline still wanted ended: record the failure, ask the restart policy.
     Permanent or not is the driver's verdict (`failure`), by the exception's type; without
     one (an older driver, a launch failure) the error output is read (failures.judge)."""
     judgement = failures.judge(failure, error, cause)
     permanent = judgement.permanent
+    said = explain.cause_of(cause, exit_code, error, judgement.verdict)
     this = restarts.Failure(
         at=now, cause=judgement.cause, started_at=run.started_at, permanent=permanent
     )
@@ -617,6 +620,8 @@ def _failed(
         at=now,
         cause=cause,
         message=redact(error),
+        reason=redact(said.line),
+        category=said.category,
         permanent=permanent,
         run_started_at=run.started_at,
         decision=reason,

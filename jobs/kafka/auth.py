@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..failures import PermanentError
+from ..failures import AUTHENTICATION, PermanentError
 
 # Mechanisms checked here (the ones a stored connection may name).
 CHECKED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -38,6 +38,7 @@ class SaslLoginError(PermanentError, RuntimeError):
     enable. The message names the broker, user and mechanism, never the password."""
 
     what = "bad credentials"
+    category = AUTHENTICATION
 
 
 class _Inconclusive(Exception):

@@ -41,7 +41,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from ..failures import PermanentError
+from ..failures import DATA_LOSS_CATEGORY, PermanentError
 from . import arrowfetch
 from .arrowfetch import Chunk
 from .auth import check_sasl_login
@@ -70,6 +70,7 @@ class DataLossError(PermanentError, RuntimeError):
     """Records the query should have read were deleted (retention, truncation) first."""
 
     what = "data loss (fail_on_data_loss is true)"
+    category = DATA_LOSS_CATEGORY
 
 
 class KafkaSourceOptions:

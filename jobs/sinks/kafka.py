@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..failures import DefinitionError
+from ..failures import MISSING_TOPIC, DefinitionError
 from ..kafka.readers import java_client_options
 
 log = logging.getLogger("jobs.sinks.kafka")
@@ -46,6 +46,12 @@ _PICKS_ROWS = re.compile(PICKS_ROWS)
 
 class KafkaSinkError(DefinitionError, RuntimeError):
     """The Kafka sink cannot write as asked: a definition error, the same on every restart."""
+
+
+class MissingSinkTopic(KafkaSinkError):
+    """The Kafka sink's topic (or its dead-letter topic) does not exist."""
+
+    category = MISSING_TOPIC
 
 
 def transactional_prefix(pipeline: str, stream_id: str) -> str:
@@ -78,7 +84,7 @@ def check_topics(client: Mapping[str, Any], topics: Sequence[str]) -> None:
     finally:
         consumer.close()
     if missing:
-        raise KafkaSinkError(
+        raise MissingSinkTopic(
             f"the Kafka sink's topic {missing[0]!r} does not exist on the sink's cluster;"
             " create it (the control plane never creates topics)"
         )
