@@ -114,6 +114,8 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "controlplane.accounts.context.role",
             ],
+            # Human units and one timestamp style on every page (`seconds`, `ms`, `ago`, `when`).
+            "builtins": ["controlplane.pages.units"],
         },
     },
 ]

@@ -319,9 +319,10 @@ def test_the_pipeline_page_lists_takes_restores_and_deletes_restore_points(
         f" checkpoint is kept as restore point {kept.pk})."
     ) in text
 
-    text = client.post(
-        f"/pipelines/orders/restore-points/{point.pk}/delete", follow=True
-    ).content.decode()
+    gone = f"/pipelines/orders/restore-points/{point.pk}/delete"
+    text = client.post(gone, {"reason": "tidy"}, follow=True).content.decode()
+    assert "Not deleted: type the pipeline&#x27;s name (orders) to confirm." in text
+    text = client.post(gone, {"reason": "tidy", "confirm": "orders"}, follow=True).content.decode()
     assert f"Restore point {point.pk} deleted." in text
     assert list(RestorePoint.objects.values_list("pk", flat=True)) == [kept.pk]
 

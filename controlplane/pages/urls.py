@@ -13,6 +13,7 @@ urlpatterns = [
     path("pipelines/<slug:name>/edit", editing.pipeline_edit, name="pipeline-edit"),
     path("pipelines/<slug:name>/", views.pipeline_page, name="pipeline"),
     path("pipelines/<slug:name>/status", views.pipeline_status, name="pipeline-status"),
+    path("pipelines/<slug:name>/now", views.pipeline_now, name="pipeline-now"),
     path("pipelines/<slug:name>/diff", views.pipeline_diff, name="pipeline-diff"),
     path("pipelines/<slug:name>/rollback", views.pipeline_rollback, name="pipeline-rollback"),
     path(

@@ -27,6 +27,7 @@ from controlplane.definitions.models import (
     RunState,
 )
 from controlplane.observability import dead_letters, metrics, state
+from controlplane.observability.assess import assess_one
 from controlplane.supervision import controls, explain, offsets, restore_points, tasks
 from jobs.spec import SpecError
 
@@ -86,6 +87,7 @@ def _overview_context(request) -> dict:
 
 OVERVIEW_REFRESH_SECONDS = 5
 STATUS_REFRESH_SECONDS = 2
+NOW_REFRESH_SECONDS = 5
 
 
 @role_required(VIEWER)
@@ -94,28 +96,45 @@ def pipeline_page(request, name: str):
     spec and versions."""
     pipeline = get_object_or_404(Pipeline, name=name)
     now = timezone.now()
-    figures = metrics.stored(pipeline, now)
     versions = list(pipeline.versions.select_related("created_by").order_by("-version")[:20])
+    by_place, general = detail.placed(request)
+    status = _status_context(pipeline, now)
+    controls_here = [
+        {
+            "action": action,
+            "label": label,
+            "what": what,
+            "id": f"control-{action}",
+            "messages": by_place.get(f"control-{action}", []),
+        }
+        for action, label, what in detail.controls_for(pipeline, status["run"] is not None)
+    ]
+    points = _restore_points(pipeline)
+    for point in points:
+        point.messages = by_place.get(f"restore-point-{point.pk}", [])
+    shown = {c["id"] for c in controls_here} | {"offsets-reset", "restore-points"}
+    shown |= {f"restore-point-{point.pk}" for point in points}
+    # About a control no longer offered (the state moved on): at the top.
+    general += [m for where, found in by_place.items() if where not in shown for m in found]
     return render(
         request,
         "pipelines/pipeline.html",
         {
-            **_status_context(pipeline, now),
-            "figures": figures,
-            "checkpoint": metrics.checkpoint_page(pipeline),
+            **status,
+            **_now_context(request, pipeline, now),
+            "flash": general,
+            "placed_offsets": by_place.get("offsets-reset", []),
+            "placed_restore_points": by_place.get("restore-points", []),
+            "checkpoint": _checkpoint(pipeline),
             "failures": _masked(pipeline.failures.select_related("run").order_by("-at")[:20]),
             "runs": pipeline.runs.select_related("application").order_by("-generation")[:20],
             "versions": versions,
-            "restore_points": _restore_points(pipeline),
+            "restore_points": points,
             **_offsets(pipeline),
-            **_state(pipeline, now),
             "spec_json": json.dumps(pipeline.spec, indent=2, sort_keys=True),
-            "dead_letter_topic": _dead_letter_topic(pipeline.spec),
-            "dead_letter_dir": dead_letters.files_dead_letters_dir(pipeline),
             "audit": AuditEntry.objects.filter(pipeline_name=pipeline.name).order_by("-at")[:20],
-            "controls": detail.CONTROLS,
+            "controls": controls_here,
             "dangerous": detail.DANGEROUS,
-            "can_operate": has_role(request.user, OPERATOR),
             "dedicated_master": settings.SPARK_MASTER,
             "master_ui_url": (
                 settings.SPARK_MASTER_UI_URL if settings.SPARK_MASTER.startswith("spark://") else ""
@@ -176,9 +195,8 @@ def _offsets(pipeline: Pipeline) -> dict:
 def pipeline_offsets_reset(request, name: str):
     """Reset a stopped pipeline's offsets from the page (confirmed by name, with a reason)."""
     pipeline = get_object_or_404(Pipeline, name=name)
-    back = reverse("pipeline", args=[name]) + "#offsets"
     if not detail.confirmed(request, pipeline.name, refusal="Not reset"):
-        return redirect(back)
+        return detail.back(request, name, "offsets")
     kind = request.POST.get("to", "")
     to: object = kind
     if kind == "timestamp":
@@ -187,8 +205,10 @@ def pipeline_offsets_reset(request, name: str):
         try:
             to = {"offsets": json.loads(request.POST.get("offsets", ""))}
         except ValueError:
-            messages.error(request, 'Not reset: offsets must be JSON, {"topic": {"0": 1234}}.')
-            return redirect(back)
+            detail.say(
+                request, messages.ERROR, 'Not reset: offsets must be JSON, {"topic": {"0": 1234}}.'
+            )
+            return detail.back(request, name, "offsets")
     try:
         done = offsets.reset(
             pipeline,
@@ -198,13 +218,14 @@ def pipeline_offsets_reset(request, name: str):
             now=timezone.now(),
         )
     except (offsets.BadTarget, offsets.Refused) as exc:
-        messages.error(request, f"Not reset: {exc}.")
+        detail.say(request, messages.ERROR, f"Not reset: {exc}.")
     else:
-        messages.success(
+        detail.say(
             request,
+            messages.SUCCESS,
             f"{pipeline.name} starts at {_offsets_text(done['start'])} when it is next started.",
         )
-    return redirect(back)
+    return detail.back(request, name, "offsets")
 
 
 def _restore_points(pipeline: Pipeline) -> list[RestorePoint]:
@@ -219,6 +240,37 @@ def _restore_points(pipeline: Pipeline) -> list[RestorePoint]:
     return points
 
 
+def _now_context(request, pipeline: Pipeline, now) -> dict:
+    """The "Now" section: the collector's figures, state growth, dead letters."""
+    return {
+        "p": pipeline,
+        "figures": metrics.stored(pipeline, now),
+        **_state(pipeline, now),
+        "dead_letter_topic": _dead_letter_topic(pipeline.spec),
+        "dead_letter_dir": dead_letters.files_dead_letters_dir(pipeline),
+        "can_operate": has_role(request.user, OPERATOR),
+        "collect_seconds": settings.CONTROLPLANE_COLLECT_SECONDS,
+        "now_refresh_seconds": NOW_REFRESH_SECONDS,
+    }
+
+
+def _checkpoint(pipeline: Pipeline) -> dict | None:
+    """The checkpoint page, each batch's offsets as `topic/partition: offset` text."""
+    found = metrics.checkpoint_page(pipeline)
+    for batch in (found or {}).get("history", []):
+        batch["offsets_text"] = _offsets_text(batch.get("offsets"))
+    return found
+
+
+@role_required(VIEWER)
+def pipeline_now(request, name: str):
+    """The page's "Now" section alone (polled every few seconds)."""
+    pipeline = get_object_or_404(Pipeline, name=name)
+    return render(
+        request, "pipelines/_pipeline_now.html", _now_context(request, pipeline, timezone.now())
+    )
+
+
 @role_required(VIEWER)
 def pipeline_status(request, name: str):
     """The page's live status block alone (polled every few seconds)."""
@@ -229,12 +281,30 @@ def pipeline_status(request, name: str):
 
 
 def _status_context(pipeline: Pipeline, now) -> dict:
+    """The live status block: health, the cause in words with its fix, what the control
+    plane does next, the current run."""
+    run = pipeline.runs.filter(state__in=RunState.active()).select_related("application").first()
+    judged = assess_one(pipeline, now)
+    restart = detail.restart_progress(pipeline, now)
+    cause = judged.cause
+    if cause is not None:
+        cause = explain.Cause(cause.category, mask(cause.line, known_secrets()))
+    failure_id = (
+        pipeline.failures.order_by("-at", "-id").values_list("id", flat=True).first()
+        if cause is not None
+        else None
+    )
     return {
         "p": pipeline,
-        "run": pipeline.runs.filter(state__in=RunState.active())
-        .select_related("application")
-        .first(),
-        "restart": detail.restart_progress(pipeline, now),
+        "run": run,
+        "restart": restart,
+        "health": judged.health,
+        "health_symbol": overview.HEALTH_SYMBOLS[judged.health.colour],
+        "cause": cause,
+        "failure_at": judged.failure_at,
+        "failure_id": failure_id,
+        "next_step": detail.next_step(pipeline, restart, judged.health.colour),
+        "spec_note": detail.spec_note(pipeline, run),
         "symbol": overview.STATUS_SYMBOLS.get(pipeline.status, "?"),
         "status_refresh_seconds": STATUS_REFRESH_SECONDS,
     }
@@ -249,12 +319,12 @@ def pipeline_control(request, name: str, action: str):
         raise Http404(f"no action {action!r}")
     reason = request.POST.get("reason", "").strip()[:500]
     if not detail.confirmed(request, pipeline.name, refusal="Not done"):
-        return redirect("pipeline", name=name)
+        return detail.back(request, name)
     try:
         controls.act(pipeline, action, user=request.user, reason=reason, now=timezone.now())
     except controls.NotApplicable as exc:
-        messages.error(request, f"{action} not done: {exc}")
-        return redirect("pipeline", name=name)
+        detail.say(request, messages.ERROR, f"{action} not done: {exc}")
+        return detail.back(request, name)
     transaction.on_commit(lambda: tasks.nudge(pipeline.pk))
     messages.success(request, f"{action} of {pipeline.name} requested.")
     return redirect("pipeline", name=name)
@@ -329,6 +399,8 @@ def pipeline_rollback(request, name: str):
     except ValueError:
         messages.error(request, "Not rolled back: choose a version.")
         return redirect("pipeline", name=name)
+    if not detail.confirmed(request, pipeline.name, refusal="Not rolled back"):
+        return redirect(reverse("pipeline-diff", args=[name]) + f"?a={version}")
     try:
         pipeline = controls.rollback(
             pipeline, version, user=request.user, reason=reason, now=timezone.now()
@@ -360,22 +432,30 @@ def restore_point_take(request, name: str):
     try:
         point = restore_points.take(pipeline, user=request.user, reason=reason, now=timezone.now())
     except restore_points.Refused as exc:
-        messages.error(request, f"No restore point taken: {exc}.")
+        detail.say(request, messages.ERROR, f"No restore point taken: {exc}.")
     else:
-        messages.success(request, f"Restore point {point.pk} taken (batch {point.last_batch_id}).")
-    return redirect(reverse("pipeline", args=[name]) + "#restore-points")
+        detail.say(
+            request,
+            messages.SUCCESS,
+            f"Restore point {point.pk} taken (batch {point.last_batch_id}).",
+        )
+    return detail.back(request, name, "restore-points")
 
 
 @require_POST
 @role_required(OPERATOR)
 def restore_point_delete(request, name: str, point: int):
+    """Delete a restore point (confirmed by name, with a reason, audited)."""
     row = RestorePoint.objects.filter(pk=point, pipeline_name=name).first()
     if row is None:
         messages.info(request, f"Restore point {point} is gone already.")
-    else:
-        restore_points.delete(row, user=request.user, reason="deleted on the pipeline page")
-        messages.success(request, f"Restore point {point} deleted.")
-    return redirect(reverse("pipeline", args=[name]) + "#restore-points")
+        return detail.back(request, name, "restore-points")
+    if not detail.confirmed(request, name, refusal="Not deleted"):
+        return detail.back(request, name, "restore-points")
+    reason = request.POST.get("reason", "").strip()[:500] or "deleted on the pipeline page"
+    restore_points.delete(row, user=request.user, reason=reason)
+    messages.success(request, f"Restore point {point} deleted.")
+    return detail.back(request, name, "restore-points")
 
 
 @require_POST
@@ -384,7 +464,7 @@ def pipeline_restore(request, name: str):
     """Restore a stopped pipeline to a restore point (confirmed by name, with a reason)."""
     pipeline = get_object_or_404(Pipeline, name=name)
     if not detail.confirmed(request, pipeline.name, refusal="Not restored"):
-        return redirect(reverse("pipeline", args=[name]) + "#restore-points")
+        return detail.back(request, name, "restore-points")
     try:
         point = int(request.POST.get("restore_point", ""))
         done = restore_points.restore(
@@ -395,9 +475,9 @@ def pipeline_restore(request, name: str):
             now=timezone.now(),
         )
     except ValueError:
-        messages.error(request, "Not restored: choose a restore point.")
+        detail.say(request, messages.ERROR, "Not restored: choose a restore point.")
     except (LookupError, restore_points.Refused) as exc:
-        messages.error(request, f"Not restored: {exc.args[0]}.")
+        detail.say(request, messages.ERROR, f"Not restored: {exc.args[0]}.")
     else:
         kept = done["kept_restore_point"]
         messages.success(
@@ -406,7 +486,7 @@ def pipeline_restore(request, name: str):
             " on from there"
             + (f" (the replaced checkpoint is kept as restore point {kept})." if kept else "."),
         )
-    return redirect(reverse("pipeline", args=[name]) + "#restore-points")
+    return detail.back(request, name, "restore-points")
 
 
 def _masked(failures) -> list:

@@ -109,7 +109,10 @@ def test_a_pipeline_killed_backs_off_and_runs_again_before_the_operators_eyes(
     os.kill(driver, signal.SIGKILL)
     produce(kafka_bootstrap, topic, ({"id": f"b{i}", "n": i} for i in range(100)), start=300)
     expect(status).to_contain_text("Backing off", timeout=30_000)
-    expect(status).to_contain_text(re.compile(r"Restart attempt 1 of 3,\s+next in"))
+    expect(status).to_contain_text(re.compile(r"Restarts it in \d+ s \(attempt 1 of 3"))
+    # The cause in words on the first screen, with what to do about it.
+    expect(status.locator("[data-cause]")).to_have_text("killed by signal 9 (SIGKILL)")
+    expect(status).to_contain_text("OOM killer")
     page.screenshot(path=str(SCREENSHOTS / "pipeline-backing-off.png"), full_page=True)
     expect(status).to_contain_text("Running", timeout=150_000)
     expect(status).to_contain_text(re.compile(r"Run 2 .*last batch \d+", re.S), timeout=150_000)

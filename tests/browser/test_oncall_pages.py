@@ -87,10 +87,11 @@ def test_an_operator_takes_a_restore_point_restores_it_and_rolls_back(
     # Batches 4..6 come; then back to the restore point.
     fake_checkpoint(tmp_path / "checkpoints" / "orders", committed=6)
     row.locator("summary", has_text="Restore…").click()
-    row.get_by_label("Reason (kept in the audit log)").fill("INC-9: bad rows since batch 4")
-    row.get_by_label("Type orders to confirm").fill("orders")
+    restore = page.locator(f"#restore-point-{point.pk}")
+    restore.get_by_label("Reason (kept in the audit log)").fill("INC-9: bad rows since batch 4")
+    restore.get_by_label("Type orders to confirm").fill("orders")
     section.screenshot(path=str(SCREENSHOTS / "restore-points.png"))
-    row.get_by_role("button", name="Restore orders").click()
+    restore.get_by_role("button", name="Restore orders").click()
     expect(page.get_by_role("alert")).to_contain_text("orders restored to batch 3")
     assert read_checkpoint(tmp_path / "checkpoints" / "orders").last_committed.batch_id == 3
     expect(page.locator("#restore-points tr[data-restore-point]")).to_have_count(2)
@@ -100,6 +101,7 @@ def test_an_operator_takes_a_restore_point_restores_it_and_rolls_back(
     page.goto(f"{live_server.url}/pipelines/orders/diff?a=1&b=2")
     expect(page.locator("pre.diff")).to_contain_text("amount * 2")
     page.get_by_label("Reason").fill("INC-9: the new transform is wrong")
+    page.get_by_label("Type orders to confirm").fill("orders")
     page.screenshot(path=str(SCREENSHOTS / "rollback.png"), full_page=True)
     page.get_by_role("button", name="Roll back to v1").click()
     expect(page.get_by_role("alert")).to_contain_text(
