@@ -432,6 +432,16 @@ CONTROLPLANE_STARTUP_GRACE = env_float("CONTROLPLANE_STARTUP_GRACE", 120.0, mini
 # Health (controlplane.observability.health): a pipeline that failed this many times within
 # this many minutes since its last start by hand, its current run not having committed since
 # it started, is crash-looping (red everywhere), whatever its status says.
+# Preflight (controlplane.definitions.preflight): each system a definition names is asked
+# within this many seconds. Saving from the form and starting (resume, restart) run it: on
+# errors it `refuse`s (unless the user ticks / sends force), `warn`s (goes on, and says so),
+# or is `off`.
+CONTROLPLANE_PREFLIGHT_TIMEOUT = env_float("CONTROLPLANE_PREFLIGHT_TIMEOUT", 5.0, minimum=0.5)
+CONTROLPLANE_PREFLIGHT = env_str("CONTROLPLANE_PREFLIGHT", "refuse")
+if CONTROLPLANE_PREFLIGHT not in ("refuse", "warn", "off"):
+    raise ImproperlyConfiguredEnv(
+        f"CONTROLPLANE_PREFLIGHT={CONTROLPLANE_PREFLIGHT!r}: refuse, warn or off"
+    )
 CONTROLPLANE_CRASH_LOOP_FAILURES = env_int("CONTROLPLANE_CRASH_LOOP_FAILURES", 3, minimum=1)
 CONTROLPLANE_CRASH_LOOP_MINUTES = env_float("CONTROLPLANE_CRASH_LOOP_MINUTES", 10.0, minimum=1.0)
 

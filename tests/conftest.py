@@ -93,6 +93,17 @@ def _no_spark_ui():
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_preflight():
+    """Most tests save and start pipelines named after topics and tables that do not exist
+    (stand-in drivers never read them): saving and starting do not preflight them. The
+    production default (`refuse`) is what tests/test_preflight.py runs with."""
+    from django.test import override_settings
+
+    with override_settings(CONTROLPLANE_PREFLIGHT="off"):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _no_security_counters():
     """Counters of refused API tokens live in a cache, not the database: each test starts with

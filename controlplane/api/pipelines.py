@@ -18,7 +18,7 @@ from rest_framework.response import Response
 
 from controlplane.accounts.roles import OPERATOR
 from controlplane.alerting import state as state_facts
-from controlplane.definitions import services
+from controlplane.definitions import preflight, services
 from controlplane.definitions.models import DEDICATED, AuditEntry, Pipeline, RestorePoint
 from controlplane.observability import dead_letters, metrics, state
 from controlplane.observability.assess import assess, assess_one
@@ -30,6 +30,7 @@ from .serializers import (
     BulkSerializer,
     ControlSerializer,
     DeadLetterRedriveSerializer,
+    DraftSerializer,
     FailureSerializer,
     OffsetsResetSerializer,
     PipelineSerializer,
@@ -37,7 +38,11 @@ from .serializers import (
     RestoreSerializer,
     RollbackSerializer,
     RunSerializer,
+    StartSerializer,
 )
+
+# Actions that launch a driver: the preflight runs before them.
+LAUNCHING = ("start", "resume", "restart")
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -80,6 +85,7 @@ class PipelineViewSet(viewsets.ModelViewSet):
             "dead_letters_redrive",
             "take_restore_point",
             "delete_restore_point",
+            "preflight",
         )
     }
 
@@ -216,8 +222,24 @@ class PipelineViewSet(viewsets.ModelViewSet):
 
     def _control(self, request, action: str) -> Response:
         pipeline = self.get_object()
-        body = ControlSerializer(data=request.data or {})
+        launching = action in LAUNCHING
+        body = (StartSerializer if launching else ControlSerializer)(data=request.data or {})
         body.is_valid(raise_exception=True)
+        checked = None
+        if launching and settings.CONTROLPLANE_PREFLIGHT != "off":
+            checked = preflight.of_pipeline(pipeline)
+            refuse = settings.CONTROLPLANE_PREFLIGHT == "refuse"
+            forced = body.validated_data.get("force")
+            if checked is not None and not checked.ok and refuse and not forced:
+                return Response(
+                    {
+                        "detail": "not started: the preflight found problems"
+                        f" ({checked.errors_in_words()});"
+                        " fix them, or send force: true to start anyway",
+                        "preflight": checked.as_dict(),
+                    },
+                    status=status.HTTP_409_CONFLICT,
+                )
         try:
             pipeline = controls.act(
                 pipeline,
@@ -230,13 +252,51 @@ class PipelineViewSet(viewsets.ModelViewSet):
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         # The beat tick would get there too; this only saves the operator a few seconds.
         transaction.on_commit(lambda: tasks.nudge(pipeline.pk))
-        return Response(self.get_serializer(pipeline).data, status=status.HTTP_202_ACCEPTED)
+        data = dict(self.get_serializer(pipeline).data)
+        if checked is not None:
+            data["preflight"] = checked.as_dict()
+        return Response(data, status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(request=ControlSerializer, responses={202: PipelineSerializer})
+    @extend_schema(
+        request=None, responses={200: OpenApiTypes.OBJECT}, operation_id="pipelines_preflight"
+    )
+    @action(detail=True, methods=["post"])
+    def preflight(self, request, name: str | None = None) -> Response:
+        """Check the stored definition against the systems it names, without writing
+        anything (docs/spec.md, Preflight): each check at its spec field, `ok`, `error`,
+        `warning` (a system not reached in time: never blocking) or `info`; `ok` is false
+        when any check is an error. 400 if the stored spec no longer validates."""
+        pipeline = self.get_object()
+        try:
+            spec = services.validate(pipeline.spec)
+        except SpecError as exc:
+            raise ValidationError(exc.as_dict("spec.")) from None
+        return Response(preflight.run(spec).as_dict())
+
+    @extend_schema(
+        request=DraftSerializer,
+        responses={200: OpenApiTypes.OBJECT},
+        operation_id="pipelines_preflight_draft",
+    )
+    @action(detail=False, methods=["post"], url_path="preflight")
+    def preflight_draft(self, request) -> Response:
+        """The preflight of a draft spec (`{"spec": {...}}`, not saved): 400 with the
+        problems at their fields when it does not validate, as POST /api/pipelines/ says."""
+        body = DraftSerializer(data=request.data or {})
+        body.is_valid(raise_exception=True)
+        try:
+            spec = services.validate(body.validated_data["spec"])
+        except SpecError as exc:
+            raise ValidationError(exc.as_dict("spec.")) from None
+        return Response(preflight.run(spec).as_dict())
+
+    @extend_schema(request=StartSerializer, responses={202: PipelineSerializer, 409: None})
     @action(detail=True, methods=["post"])
     def start(self, request, name: str | None = None) -> Response:
         """Desire the pipeline running (a failed or backing-off one is launched at once, and
-        its restart policy counts failures afresh); the reconciler launches its driver."""
+        its restart policy counts failures afresh); the reconciler launches its driver. The
+        preflight runs first: with errors, 409 and its checks, unless `force` (see
+        CONTROLPLANE_PREFLIGHT); its checks are in the answer's `preflight`."""
         return self._control(request, "start")
 
     @extend_schema(request=ControlSerializer, responses={202: PipelineSerializer})
@@ -252,7 +312,7 @@ class PipelineViewSet(viewsets.ModelViewSet):
         committed; it is read again from Kafka on the next start, exactly once)."""
         return self._control(request, "kill")
 
-    @extend_schema(request=ControlSerializer, responses={202: PipelineSerializer})
+    @extend_schema(request=StartSerializer, responses={202: PipelineSerializer, 409: None})
     @action(detail=True, methods=["post"])
     def restart(self, request, name: str | None = None) -> Response:
         """Stop the driver gracefully and start a new one (or start, if none runs)."""
@@ -264,7 +324,7 @@ class PipelineViewSet(viewsets.ModelViewSet):
         """Stop gracefully and hold: no automatic restart until resumed."""
         return self._control(request, "suspend")
 
-    @extend_schema(request=ControlSerializer, responses={202: PipelineSerializer, 409: None})
+    @extend_schema(request=StartSerializer, responses={202: PipelineSerializer, 409: None})
     @action(detail=True, methods=["post"])
     def resume(self, request, name: str | None = None) -> Response:
         """Run a suspended pipeline again."""

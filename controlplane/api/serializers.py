@@ -212,6 +212,23 @@ class ControlSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, max_length=2000)
 
 
+class StartSerializer(ControlSerializer):
+    """The body of an action that launches a driver (start, resume, restart)."""
+
+    force = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Launch even though the preflight finds errors (CONTROLPLANE_PREFLIGHT"
+        " refuse).",
+    )
+
+
+class DraftSerializer(serializers.Serializer):
+    """A draft definition to preflight: its spec, as POST /api/pipelines/ takes it."""
+
+    spec = SpecField()
+
+
 BULK_ACTIONS = ["start", "stop", "restart", "suspend", "resume"]
 
 

@@ -8,6 +8,7 @@ overwritten (the form carries the version it was made from).
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -19,11 +20,39 @@ from controlplane.accounts.roles import EDITOR, VIEWER, has_role
 from controlplane.connections.directories import RootInUse
 from controlplane.connections.models import Connection, ConnectionKind
 from controlplane.connections.serializers import ConnectionSerializer
-from controlplane.definitions import audit, services
+from controlplane.definitions import audit, preflight, services
 from controlplane.definitions.models import AUTO, DEDICATED, Pipeline, SparkApplication
 from jobs.spec import SpecError
 
 from . import forms
+
+IGNORE_PREFLIGHT = "ignore_preflight"
+
+
+def _preflight_errors(request, spec_data) -> dict[str, list[str]]:
+    """The preflight's errors at their spec fields (`spec.sink.table`), before a save; none
+    when the editor chose to save anyway, or when the spec does not validate (the save says
+    why)."""
+    mode = settings.CONTROLPLANE_PREFLIGHT
+    if mode == "off" or request.POST.get(IGNORE_PREFLIGHT):
+        return {}
+    try:
+        spec = services.validate(spec_data)
+    except SpecError:
+        return {}
+    report = preflight.run(spec)
+    if report.ok:
+        return {}
+    if mode == "warn":
+        messages.warning(request, f"The preflight found problems: {report.errors_in_words()}.")
+        return {}
+    errors = {f"spec.{path}": found for path, found in report.by_field(preflight.ERROR).items()}
+    errors[forms.GENERAL] = [
+        "The preflight found problems with the systems this definition names (below, at their"
+        " fields): it would fail as it is. Fix them, or tick “save even though the preflight"
+        " finds problems”."
+    ]
+    return errors
 
 
 def _pipeline_form(request, *, pipeline, values, errors, status=200):
@@ -63,6 +92,10 @@ def _pipeline_form(request, *, pipeline, values, errors, status=200):
             "version": values.get("version", pipeline.version if pipeline else ""),
             "restart_kind": values.get("restart_kind") or "",
             "state_fields": forms.STATE_FIELDS,
+            "ignore_preflight": IGNORE_PREFLIGHT,
+            "preflight_failed": any(
+                "The preflight found problems" in e for e in errors.get(forms.GENERAL, [])
+            ),
         },
         status=status,
     )
@@ -89,6 +122,8 @@ def pipeline_new(request):
     parsed = forms.pipeline_from_form(request.POST, None)
     name = parsed.data["name"]
     errors = _name_errors(name, dict(parsed.errors))
+    if not errors:
+        errors = _preflight_errors(request, parsed.data["spec"])
     if not errors:
         try:
             pipeline = services.create_pipeline(
@@ -150,6 +185,8 @@ def pipeline_edit(request, name: str):
         read_version = None
     if read_version is None:
         errors[forms.GENERAL] = ["the form lost the version it was made from; reload the page"]
+    if not errors:
+        errors = _preflight_errors(request, parsed.data["spec"])
     if not errors:
         try:
             services.update_pipeline(

@@ -18,7 +18,7 @@ from controlplane.accounts.decorators import role_required
 from controlplane.accounts.roles import OPERATOR, VIEWER, has_role
 from controlplane.alerting import engine as alerting
 from controlplane.connections.masking import known_secrets, mask
-from controlplane.definitions import services
+from controlplane.definitions import preflight, services
 from controlplane.definitions.models import (
     AuditEntry,
     Pipeline,
@@ -135,6 +135,7 @@ def pipeline_page(request, name: str):
             "audit": AuditEntry.objects.filter(pipeline_name=pipeline.name).order_by("-at")[:20],
             "controls": controls_here,
             "dangerous": detail.DANGEROUS,
+            "launching": detail.LAUNCHING,
             "dedicated_master": settings.SPARK_MASTER,
             "master_ui_url": (
                 settings.SPARK_MASTER_UI_URL if settings.SPARK_MASTER.startswith("spark://") else ""
@@ -320,6 +321,20 @@ def pipeline_control(request, name: str, action: str):
     reason = request.POST.get("reason", "").strip()[:500]
     if not detail.confirmed(request, pipeline.name, refusal="Not done"):
         return detail.back(request, name)
+    mode = settings.CONTROLPLANE_PREFLIGHT
+    if action in detail.LAUNCHING and mode != "off":
+        checked = preflight.of_pipeline(pipeline)
+        if checked is not None and not checked.ok:
+            problems = checked.errors_in_words()
+            if mode == "refuse" and not request.POST.get("force"):
+                detail.say(
+                    request,
+                    messages.ERROR,
+                    f"{action} not done: the preflight found problems: {problems}. Fix them,"
+                    " or tick “even though the preflight finds problems”.",
+                )
+                return detail.back(request, name)
+            messages.warning(request, f"The preflight found problems: {problems}.")
     try:
         controls.act(pipeline, action, user=request.user, reason=reason, now=timezone.now())
     except controls.NotApplicable as exc:

@@ -29,6 +29,8 @@ ENDPOINTS = {
     "pipeline-restart-now": ({"name": "x"}, ["post"]),
     "pipeline-reset-restarts": ({"name": "x"}, ["post"]),
     "pipeline-rollback": ({"name": "x"}, ["post"]),
+    "pipeline-preflight": ({"name": "x"}, ["post"]),
+    "pipeline-preflight-draft": ({}, ["post"]),
     "pipeline-bulk": ({}, ["post"]),
     "pipeline-offsets": ({"name": "x"}, ["get"]),
     "pipeline-offsets-reset": ({"name": "x"}, ["post"]),
@@ -139,6 +141,7 @@ OPERATOR_ACTIONS = {
     "pipeline-restart-now",
     "pipeline-reset-restarts",
     "pipeline-rollback",  # brings back a spec that was accepted, checked again
+    "pipeline-preflight",  # the stored definition against its systems, before a start
     "pipeline-bulk",
     "pipeline-offsets-reset",
     "pipeline-restore-points",  # taking one (reading: viewers)
