@@ -218,8 +218,7 @@ class StartSerializer(ControlSerializer):
     force = serializers.BooleanField(
         required=False,
         default=False,
-        help_text="Launch even though the preflight finds errors (CONTROLPLANE_PREFLIGHT"
-        " refuse).",
+        help_text="Launch even though the preflight finds errors (CONTROLPLANE_PREFLIGHT refuse).",
     )
 
 
