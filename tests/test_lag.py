@@ -190,3 +190,19 @@ def test_a_commits_lag_is_the_lowest_sampled_while_it_stood():
 
     found = commits(samples((0, 50, 1), (5, 20, 1), (10, 80, 2), (15, 90, 2), (20, 10, 3)))
     assert found == [20, 80, 10]
+
+
+def test_growth_within_the_sawtooth_of_a_job_that_keeps_up_is_not_lagging():
+    """A job keeping up with 200 records/s at a 1 s trigger drifted from 95 to 223 records
+    over 20 s (seen on a real member of a shared application), then caught up: its lag never
+    grew by more than what arrives in a trigger interval and a batch."""
+    drift = sawtooth([95, 114, 124, 136, 145, 164, 175])
+    now = T0 + timedelta(seconds=60)
+    assert lag_status(drift, running=True, now=now, window=60, noise=260).status == "ok"
+    assert lag_status(drift, running=True, now=now, window=60, noise=0).status == "lagging"
+
+
+def test_a_window_not_yet_half_sampled_is_not_lagging():
+    young = sawtooth([100, 300, 700])  # 20 s of samples in a 60 s window
+    now = T0 + timedelta(seconds=20)
+    assert lag_status(young, running=True, now=now, window=60).status == "ok"

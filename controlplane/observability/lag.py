@@ -12,11 +12,16 @@ lag is the lowest lag sampled while it stood (the nearest to the moment it was m
   stalled   lag > 0 and the committed offsets did not move over the window (at least half
             of it sampled: Burrow's "stall")
   lagging   lag > 0 at every commit in the window, never lower than at the commit before,
-            and higher at the last than at the first, over at least MIN_COMMITS commits
-            (Burrow's "warning": the job reads slower than producers write)
+            over at least MIN_COMMITS commits and samples spanning at least half the window,
+            and higher at the last than at the first by more than `noise` (Burrow's
+            "warning": the job reads slower than producers write)
 
-So a job that keeps up reads `ok` between its commits whatever its trigger, and one that falls
-behind reads `lagging` within MIN_COMMITS collector rounds.
+`noise` is the most lag a job that keeps up shows between its commits: what arrives while a
+trigger interval and a batch pass (input rate x (trigger + batch duration)). A micro-batch job
+that keeps up can drift up for a while within that (a reader's fetch sizes, a slower batch) and
+catch up; only growth beyond it over the window is falling behind. So a job that keeps up reads
+`ok` between its commits whatever its trigger, and one that falls behind reads `lagging` once
+half a window of commits shows it.
 
 Backpressure, Spark's counterpart of Flink's OK / LOW / HIGH. Flink measures the share of
 time a task is blocked by its downstream (OK <= 10 %, LOW <= 50 %, HIGH above). A micro-batch
@@ -101,9 +106,15 @@ MIN_COMMITS = 3
 
 
 def lag_status(
-    samples: Sequence[Sample], *, running: bool, now: datetime, window: float
+    samples: Sequence[Sample],
+    *,
+    running: bool,
+    now: datetime,
+    window: float,
+    noise: float = 0.0,
 ) -> LagStatus:
-    """The lag's status over the samples of the last `window` seconds (oldest first or not)."""
+    """The lag's status over the samples of the last `window` seconds (oldest first or not);
+    `noise`: the lag a job that keeps up shows between commits (see the module's docstring)."""
     recent = sorted(
         (s for s in samples if (now - s.at).total_seconds() <= window), key=lambda s: s.at
     )
@@ -127,7 +138,8 @@ def lag_status(
     if 0 in lags:
         return LagStatus("ok", trend, eta)
     never_down = all(later >= earlier for earlier, later in pairwise(lags))
-    if len(lags) >= MIN_COMMITS and never_down and lags[-1] > lags[0]:
+    grew = lags[-1] - lags[0] > max(0.0, noise)
+    if len(lags) >= MIN_COMMITS and spans_window and never_down and grew:
         return LagStatus("lagging", trend, None)
     return LagStatus("ok", trend, eta)
 

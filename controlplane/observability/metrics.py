@@ -136,12 +136,18 @@ def compute(
         series = list(samples.get(pipeline.pk, []))
         if lag["records"] is not None:
             series.append(Sample(at=now, lag=lag["records"], committed=committed_sum))
-        status = lag_status(series, running=is_running, now=now, window=window_seconds(pipeline))
-        lag.update(status.as_dict())
         rows = recent.get(pipeline.pk, [])
         source = pipeline.spec.get("source", {})
         # A run's first batch pays for Python worker start-up and JIT warm-up: not backpressure.
         steady = [p for p in rows if not p["first"]]
+        status = lag_status(
+            series,
+            running=is_running,
+            now=now,
+            window=window_seconds(pipeline),
+            noise=_sawtooth(steady, pipeline.trigger_seconds),
+        )
+        lag.update(status.as_dict())
         pressure = backpressure(
             [Batch(p["batch_duration_ms"] or 0, p["num_input_rows"]) for p in steady[-10:]],
             trigger_seconds=pipeline.trigger_seconds,
@@ -167,6 +173,17 @@ def compute(
             figures, start_offsets=start, committed_sum=committed_sum if committed else None
         )
     return out
+
+
+def _sawtooth(batches: list[dict], trigger_seconds: float) -> float:
+    """The most lag a job that keeps up shows between its commits: what arrives during a
+    trigger interval and a batch (input rate x (trigger + mean batch duration))."""
+    with_data = [b for b in batches if b["num_input_rows"]]
+    rate = _mean(b["input_rows_per_second"] for b in with_data)
+    if not rate:
+        return 0.0
+    duration = (_mean(b["batch_duration_ms"] for b in with_data) or 0) / 1000
+    return rate * (max(trigger_seconds, 0.0) + duration)
 
 
 def pipeline_metrics(
