@@ -2,27 +2,48 @@
 // /metrics/history/ with the page's own session: per batch, and the lag as the metrics
 // collector sampled it (also while the job was down). A pipeline that keeps state also has
 // its operators' charts, from /metrics/state/: rows held, memory and size, late rows dropped
-// and commit times, per operator. Redrawn every 10 s.
+// and commit times, per operator. Every 10 s each chart asks only for what is new since its
+// last point (`since`), appends it and drops what fell out of the range.
 //
-// Every chart on the page has the same time axis, ending now: the last hour, or from the
-// first point of the page's figures when that is later (but at least the last 5 minutes),
-// so that a run of ten minutes fills the charts instead of their last sixth.
+// The range (1 h, 6 h, 24 h, 7 d: the page's #chart-range picker; older than the raw
+// retention, the API answers with hourly roll-ups) is fetched whole when it is chosen. Every
+// chart on the page has the same time axis, ending now: the range, or from the first point
+// of the page's figures when that is later (but at least the last 5 minutes), so that a run
+// of ten minutes fills the charts instead of their last sixth.
 (function () {
   "use strict";
   if (!window.uPlot) return;
   const HEIGHT = 180;
-  const HOUR = 3600;
   const MIN_SPAN = 300;
+  const picker = document.getElementById("chart-range");
+  let range = picker ? Number(picker.value) : 3600;  // seconds
 
   const everyChart = [];  // every chart on the page
   const firsts = {};  // per figures' source: the time of its first point (null: none)
+  const restarts = [];  // what each poller does when the range changes
 
   function span() {
     const now = Date.now() / 1000;
     const known = Object.values(firsts).filter((x) => x != null);
-    const first = known.length ? Math.min(...known) : now - HOUR;
-    const from = Math.max(now - HOUR, Math.min(first, now - MIN_SPAN));
-    return [Math.max(now - HOUR, from - (now - from) * 0.01), now];
+    const first = known.length ? Math.min(...known) : now - range;
+    const from = Math.max(now - range, Math.min(first, now - MIN_SPAN));
+    return [Math.max(now - range, from - (now - from) * 0.01), now];
+  }
+
+  if (picker) {
+    picker.addEventListener("change", () => {
+      range = Number(picker.value);
+      restarts.forEach((restart) => restart());
+    });
+  }
+
+  // Points of `older` and `newer` (each oldest first) in one list: newer ones after the last
+  // of `older`, none before the range's start.
+  function merged(older, newer) {
+    const last = older.length ? Date.parse(older[older.length - 1].at) : -Infinity;
+    const from = Date.now() - range * 1000;
+    return older.concat(newer.filter((p) => Date.parse(p.at) > last))
+      .filter((p) => Date.parse(p.at) >= from);
   }
 
   // A source's figures came: the time axis of every chart follows its first point.
@@ -79,18 +100,28 @@
     return u;
   }
 
-  // Fetch `url` (since an hour ago) now and every 10 s, handing the answer to `draw`.
-  function poll(root, url, draw, plots) {
+  // Fetch `url` now (the whole range) and every 10 s (since `last()`, the newest point
+  // drawn), handing each answer to `draw`; `reset()` forgets what was drawn (a new range).
+  function poll(root, url, draw, plots, last, reset) {
+    let generation = 0;
     async function refresh() {
-      const since = new Date(Date.now() - 3600 * 1000).toISOString();
+      const mine = generation;
+      const newest = last();
+      const since = new Date(newest != null ? newest : Date.now() - range * 1000).toISOString();
       try {
         const response = await fetch(`${url}?since=${encodeURIComponent(since)}`, { credentials: "same-origin", headers: { Accept: "application/json" } });
-        if (response.ok) draw(await response.json());
+        if (response.ok && mine === generation) draw(await response.json());
       } catch (e) { /* the next refresh tries again */ }
     }
     refresh();
     setInterval(refresh, 10000);
+    restarts.push(() => { generation += 1; reset(); refresh(); });
     window.addEventListener("resize", () => plots().forEach((p) => p.setSize({ width: width(root), height: HEIGHT })));
+  }
+
+  function newestOf(lists) {
+    const times = lists.filter((l) => l.length).map((l) => Date.parse(l[l.length - 1].at));
+    return times.length ? Math.max(...times) : null;
   }
 
   const root = document.getElementById("charts");
@@ -102,14 +133,16 @@
       { title: "Busy ratio (duration / trigger)", series: [["busy_ratio", "busy", "#d97706"]] },
     ];
     const plots = [];
+    let held = { points: [], lag: [] };
     poll(root, root.dataset.history, (body) => {
-      root.querySelector(".chart-empty").hidden = body.points.length + body.lag.length > 0;
+      held = { points: merged(held.points, body.points), lag: merged(held.lag, body.lag) };
+      root.querySelector(".chart-empty").hidden = held.points.length + held.lag.length > 0;
       charts.forEach((chart, i) => {
-        const data = columns(chart.source === "lag" ? body.lag : body.points, chart.series);
+        const data = columns(chart.source === "lag" ? held.lag : held.points, chart.series);
         if (plots[i]) plots[i].setData(data); else plots[i] = plot(root, chart, data);
       });
-      firstPoint("history", [...body.points, ...body.lag].map((p) => Date.parse(p.at) / 1000));
-    }, () => plots);
+      firstPoint("history", [...held.points, ...held.lag].map((p) => Date.parse(p.at) / 1000));
+    }, () => plots, () => newestOf([held.points, held.lag]), () => { held = { points: [], lag: [] }; });
   }
 
   const stateRoot = document.getElementById("state-charts");
@@ -126,8 +159,13 @@
       ];
     }
     const plots = {};
+    let held = {};  // operator -> the operator as last answered, with every point drawn
     poll(stateRoot, stateRoot.dataset.state, (body) => {
-      const drawn = body.operators.filter((op) => op.points.length > 0);
+      body.operators.forEach((op) => {
+        const before = held[op.operator];
+        held[op.operator] = { ...op, points: merged(before ? before.points : [], op.points) };
+      });
+      const drawn = Object.values(held).filter((op) => op.points.length > 0);
       stateRoot.querySelector(".chart-empty").hidden = drawn.length > 0;
       drawn.forEach((op) => {
         stateCharts(op).forEach((chart, i) => {
@@ -137,6 +175,6 @@
         });
       });
       firstPoint("state", drawn.flatMap((op) => op.points.map((p) => Date.parse(p.at) / 1000)));
-    }, () => Object.values(plots));
+    }, () => Object.values(plots), () => newestOf(Object.values(held).map((op) => op.points)), () => { held = {}; });
   }
 })();

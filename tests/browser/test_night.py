@@ -293,3 +293,49 @@ def test_the_api_and_prometheus_say_the_same(api, night):
     assert 'cp_pipeline_red{pipeline="member-loop"} 1.0' in text
     assert 'cp_pipeline_red{pipeline="orders-live"} 0.0' in text
     assert json.dumps(body)  # serializable as it is
+
+
+def test_the_charts_fetch_only_what_is_new_and_take_a_range(
+    browser, live_server, django_user_model, night
+):
+    from controlplane.definitions.models import BatchProgress
+
+    run = Run.objects.get(pipeline=night["healthy"])
+    now = timezone.now()
+    for i in range(5):
+        row = BatchProgress.objects.create(
+            run=run,
+            batch_id=37 + i,
+            timestamp=now - timedelta(minutes=5 - i),
+            num_input_rows=200,
+            input_rows_per_second=200,
+            processed_rows_per_second=400,
+            batch_duration_ms=300,
+        )
+        BatchProgress.objects.filter(pk=row.pk).update(reported_at=now - timedelta(minutes=5 - i))
+    newest = now - timedelta(minutes=1)
+    asked = []
+    page = sign_in(browser, live_server, django_user_model, "cora", "viewer")
+    page.on("request", lambda r: asked.append(r.url) if "/metrics/history/" in r.url else None)
+    page.goto(f"{live_server.url}/pipelines/orders-live/")
+    expect(page.locator("#charts figure.chart")).to_have_count(4)
+
+    def since(url: str):
+        from datetime import datetime
+        from urllib.parse import parse_qs, urlsplit
+
+        return datetime.fromisoformat(parse_qs(urlsplit(url).query)["since"][0])
+
+    # The whole hour first; then, 10 s later, only what came after the newest point drawn.
+    assert abs((since(asked[0]) - (now - timedelta(hours=1))).total_seconds()) < 30
+    with page.expect_request(lambda r: "/metrics/history/" in r.url, timeout=20_000):
+        pass
+    assert abs((since(asked[-1]) - newest).total_seconds()) < 1, asked
+    rows = page.evaluate(
+        "() => document.querySelector('#charts figure.chart').uplot.data[0].length"
+    )
+    assert rows == 5  # nothing drawn twice
+    # A range: fetched whole.
+    with page.expect_request(lambda r: "/metrics/history/" in r.url):
+        page.get_by_label("Range").select_option("86400")
+    assert abs((since(asked[-1]) - (now - timedelta(hours=24))).total_seconds()) < 30

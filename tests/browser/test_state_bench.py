@@ -233,7 +233,7 @@ def test_the_state_benchmark_s_two_runs_on_the_dashboard(
         page.evaluate("() => window.scrollTo(0, 0)")
         page.mouse.move(0, 0)  # no chart's cursor in the picture
         boxes = [
-            page.locator("section", has=page.get_by_role("heading", name="The last hour")),
+            page.locator("#charts-section"),
             page.locator("#state"),
         ]
         top, bottom = boxes[0].bounding_box(), boxes[1].bounding_box()
