@@ -131,7 +131,8 @@ def host(spark, app_dir: Path) -> None:
     """Run every assigned member until APP_DIR/stop; then stop them all gracefully."""
     members: dict[Path, Member] = {}
     reports = channel(app_dir)
-    write_json(app_dir / READY, {"ready_at": time.time()})
+    # Ready, and where its Spark UI listens (the control plane's pages link to it).
+    write_json(app_dir / READY, {"ready_at": time.time(), "ui_url": spark.sparkContext.uiWebUrl})
     while not (app_dir / STOP_FILE).exists():
         for assignment, run_dir in assignments(app_dir):
             # Claimed by renaming it: the control plane cancels an assignment the same way,

@@ -30,6 +30,7 @@ from jobs.kafka import group_commit  # noqa: E402
 from jobs.pipeline import RunConfig, source_reads, start_query  # noqa: E402
 from jobs.reporting import ProgressPoller, Reporter, SharedChannel  # noqa: E402
 from jobs.sinks import files  # noqa: E402
+from jobs.supervise import write_json  # noqa: E402
 
 log = logging.getLogger("jobs.run")
 
@@ -130,6 +131,8 @@ def main(argv: list[str]) -> int:
             .config(map=hadoop.load(run_dir / "run.json"))
             .getOrCreate()
         )
+        # Where its Spark UI listens (the control plane's pages link to it); none without one.
+        write_json(run_dir / UI_FILE, {"url": spark.sparkContext.uiWebUrl})
         try:
             # Judged before the session stops: a Java exception's causes are read through it.
             with judged(run_dir, config.pipeline, config):
@@ -217,6 +220,7 @@ def judged(
 
 
 JUDGED = "_controlplane_judged"
+UI_FILE = "ui.json"
 
 
 def start_reporter(

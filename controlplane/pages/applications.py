@@ -3,6 +3,8 @@ last error and the operators' controls). Defining them is for admins (API, Djang
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.conf import settings
 from django.contrib import messages
 from django.http import Http404
@@ -18,9 +20,11 @@ from controlplane.definitions.models import (
     ApplicationStatus,
     AuditEntry,
     Pipeline,
+    Run,
+    RunState,
     SparkApplication,
 )
-from controlplane.supervision import hosts
+from controlplane.supervision import driver_files, hosts
 
 from . import detail
 
@@ -71,6 +75,19 @@ def _shown(app: SparkApplication) -> SparkApplication:
     return app
 
 
+def _dedicated() -> list[Run]:
+    """The pipelines running in a Spark application of their own (dedicated drivers), with
+    where each Spark UI listens."""
+    runs = list(
+        Run.objects.filter(state__in=RunState.active(), application__isnull=True)
+        .select_related("pipeline")
+        .order_by("pipeline__name")
+    )
+    for run in runs:
+        run.ui = driver_files.spark_ui(run)
+    return runs
+
+
 @role_required(VIEWER)
 def application_list(request):
     """Every shared application: status, load, size, restarts, last exit, host; and the
@@ -83,6 +100,7 @@ def application_list(request):
             "apps": apps,
             "can_admin": has_role(request.user, ADMIN),
             "hosts": hosts.overview(timezone.now()),
+            "dedicated": _dedicated(),
             "host_timeout": settings.CONTROLPLANE_HOST_TIMEOUT,
         },
     )
@@ -106,6 +124,13 @@ def application_page(request, name: str):
             "dangerous": DANGEROUS,
             "can_operate": has_role(request.user, OPERATOR),
             "can_admin": has_role(request.user, ADMIN),
+            "ui": driver_files.application_ui(app),
+            "log_lines": (
+                driver_files.log_tail(str(Path(app.app_dir) / "driver.log"), app.host)
+                if app.app_dir and has_role(request.user, OPERATOR)
+                else None
+            ),
+            "log_host": app.host,
         },
     )
 

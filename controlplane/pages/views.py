@@ -28,7 +28,14 @@ from controlplane.definitions.models import (
 )
 from controlplane.observability import dead_letters, metrics, state
 from controlplane.observability.assess import assess_one
-from controlplane.supervision import controls, explain, offsets, restore_points, tasks
+from controlplane.supervision import (
+    controls,
+    driver_files,
+    explain,
+    offsets,
+    restore_points,
+    tasks,
+)
 from jobs.spec import SpecError
 
 from . import detail, overview
@@ -133,6 +140,7 @@ def pipeline_page(request, name: str):
             **_offsets(pipeline),
             "spec_json": json.dumps(pipeline.spec, indent=2, sort_keys=True),
             "audit": AuditEntry.objects.filter(pipeline_name=pipeline.name).order_by("-at")[:20],
+            **_driver_log(request, status["run"]),
             "controls": controls_here,
             "dangerous": detail.DANGEROUS,
             "launching": detail.LAUNCHING,
@@ -241,6 +249,16 @@ def _restore_points(pipeline: Pipeline) -> list[RestorePoint]:
     return points
 
 
+def _driver_log(request, run) -> dict:
+    """The current driver's last log lines, for operators (its shared application's log,
+    for a member)."""
+    if run is None or not has_role(request.user, OPERATOR):
+        return {"log_lines": None, "log_host": ""}
+    lines = driver_files.log_tail(run.log_path, run.host)
+    where = f"its shared application {run.application.name}'s" if run.application_id else ""
+    return {"log_lines": lines, "log_host": run.host, "log_where": where}
+
+
 def _now_context(request, pipeline: Pipeline, now) -> dict:
     """The "Now" section: the collector's figures, state growth, dead letters."""
     return {
@@ -308,6 +326,7 @@ def _status_context(pipeline: Pipeline, now) -> dict:
         "spec_note": detail.spec_note(pipeline, run),
         "symbol": overview.STATUS_SYMBOLS.get(pipeline.status, "?"),
         "status_refresh_seconds": STATUS_REFRESH_SECONDS,
+        "ui": driver_files.spark_ui(run) if run is not None else None,
     }
 
 

@@ -21,6 +21,7 @@ from playwright.sync_api import expect
 from controlplane.alerting import engine
 from controlplane.alerting.models import Alert, AlertRule
 from controlplane.definitions.models import Failure, Pipeline
+from controlplane.supervision import driver_files
 from tests.browser.pages import sign_in
 from tests.kafka_helpers import produce
 from tests.runs import POLICY, current, driver_pid, new_pipeline, reconcile_until, tick_until
@@ -40,6 +41,7 @@ def _failed(name: str) -> bool:
 
 def test_each_failure_is_said_in_words_in_the_api_the_pages_and_the_alerts(
     browser,
+    settings,
     api,
     kafka_connection,
     postgres_connection,
@@ -136,6 +138,8 @@ def test_each_failure_is_said_in_words_in_the_api_the_pages_and_the_alerts(
         assert box["y"] + box["height"] <= page.viewport_size["height"], name
 
     # A dedicated driver SIGKILLed: its cause is the signal, never the noise it printed.
+    # (With its Spark UI on: the page says where it listens.)
+    settings.CONTROLPLANE_SPARK_UI_ENABLED = True
     for name in expected:
         api.post(f"/api/pipelines/{name}/stop/")
     topic, _ = new_pipeline(api, kafka_bootstrap, "killed", restart_policy=POLICY)
@@ -147,6 +151,10 @@ def test_each_failure_is_said_in_words_in_the_api_the_pages_and_the_alerts(
         240,
         "the dedicated driver's first batch",
     )
+    ui = driver_files.spark_ui(current("killed"))
+    assert ui is not None and ui.loopback and ui.port >= 4040, ui
+    page.goto(f"{live_server.url}/pipelines/killed/")
+    expect(page.locator("#status [data-spark-ui]")).to_contain_text(f"Spark UI at {ui.url}")
     os.kill(driver_pid(current("killed")), signal.SIGKILL)
     reconcile_until(
         "killed",
