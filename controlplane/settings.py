@@ -73,6 +73,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files, served from here (no CDN)
     "axes",  # sign-in lockout (controlplane.accounts.lockout)
     "csp",  # Content-Security-Policy header
     "controlplane.accounts",
@@ -199,6 +200,10 @@ SPECTACULAR_SETTINGS = {
     "Structured Streaming jobs. Authenticate with `Authorization: Token <key>`.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # /api/schema/swagger-ui/: Swagger UI from the app's own static files, its initializer a
+    # script of its own (SpectacularSwaggerSplitView), under the Content-Security-Policy.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "SERVE_PERMISSIONS": ["controlplane.accounts.permissions.RolePermission"],
     "COMPONENT_SPLIT_REQUEST": True,
     # 3.1: its schemas are JSON Schema 2020-12, which the pipeline spec's is.
@@ -502,6 +507,8 @@ CONTENT_SECURITY_POLICY = {
         "script-src": [SELF, NONCE],
         "style-src": [SELF, NONCE],
         "connect-src": [SELF],
+        # Images inline as data: URIs too (Swagger UI's icons); never a script.
+        "img-src": [SELF, "data:"],
         "object-src": [NONE],
         "base-uri": [SELF],
         "form-action": [SELF],

@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
 from controlplane.api.alerting import AlertChannelViewSet, AlertRuleViewSet, AlertViewSet
@@ -29,6 +29,11 @@ router.register("alerts", AlertViewSet, basename="alert")
 
 api_patterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path(
+        "schema/swagger-ui/",
+        SpectacularSwaggerSplitView.as_view(url_name="api:schema"),
+        name="swagger-ui",
+    ),
     path("hosts/", HostList.as_view(), name="hosts"),
     path("runs/<int:run_id>/heartbeat/", RunHeartbeat.as_view(), name="run-heartbeat"),
     path("runs/<int:run_id>/progress/", RunProgress.as_view(), name="run-progress"),

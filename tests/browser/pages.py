@@ -72,3 +72,13 @@ def sign_in(browser, live_server, django_user_model, username: str, role: str):
 def control(page, label: str):
     summary = page.locator("summary").filter(has_text=re.compile(f"^{label}$"))
     return page.locator("details.control").filter(has=summary)
+
+
+def no_sideways_scroll(page) -> None:
+    wide = page.evaluate(
+        "() => [document.documentElement.scrollWidth, window.innerWidth,"
+        " [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right"
+        " > window.innerWidth + 1 && !e.closest('.scroll')).map(e => e.tagName + '.' +"
+        " e.className).slice(0, 5)]"
+    )
+    assert wide[0] <= wide[1], f"the page is {wide[0]} px wide in a {wide[1]} px window: {wide[2]}"

@@ -15,7 +15,13 @@ from playwright.sync_api import expect
 from controlplane.alerting.models import Alert, AlertRule
 from controlplane.definitions.models import AuditEntry, Pipeline, RestorePoint
 from jobs.checkpoints import read_checkpoint
-from tests.browser.pages import SCREENSHOTS, assert_no_csp_violations, control, sign_in
+from tests.browser.pages import (
+    SCREENSHOTS,
+    assert_no_csp_violations,
+    control,
+    no_sideways_scroll,
+    sign_in,
+)
 from tests.factories import valid_spec
 from tests.kafka_helpers import new_topic
 from tests.spark_helpers import fake_checkpoint
@@ -137,6 +143,12 @@ def test_an_operator_browses_and_redrives_dead_letters(
     assert page.locator("tr[data-dead-letter] b").count() == 0
     expect(page.locator('tr[data-dead-letter="orders/1/107"] pre.hex')).to_contain_text("ff fe")
     page.screenshot(path=str(SCREENSHOTS / "dead-letters.png"), full_page=True)
+    # On a phone: nothing off screen sideways (the table scrolls inside itself).
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.reload()
+    no_sideways_scroll(page)
+    page.screenshot(path=str(SCREENSHOTS / "dead-letters-phone.png"))
+    page.set_viewport_size({"width": 1366, "height": 900})
 
     retry = new_topic(kafka_bootstrap, partitions=1)
     redrive = control(page, "Redrive 5 dead letters…")
