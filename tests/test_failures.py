@@ -153,6 +153,7 @@ def test_an_unreachable_database_is_transient():
     exc = raised(lambda: psycopg.connect("postgresql://x@127.0.0.1:1/none", connect_timeout=2))
     verdict = failures.classify(exc)
     assert (verdict.kind, verdict.type) == (TRANSIENT, "psycopg.OperationalError")
+    assert verdict.category == failures.CONNECTION_LOST
 
 
 # -- the verdict file and what writes it -------------------------------------------------------

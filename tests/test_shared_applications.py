@@ -113,6 +113,10 @@ def test_three_pipelines_in_one_application_fail_alone_and_come_back_after_its_l
         60,
         "three application-lost failures",
     )
+    # Said in words, with the catalogue's category (and its fix).
+    for lost in Failure.objects.filter(cause="application-lost"):
+        assert lost.category == "application-lost", lost.__dict__
+        assert lost.reason.startswith("its shared application's process ended"), lost.reason
     for name in names:
         topic, _ = made[name]
         produce(kafka_bootstrap, topic, ({"id": f"{name}{i}", "n": i} for i in range(400, 450)))

@@ -333,6 +333,10 @@ def cause_of(cause: str, exit_code: int | None, error: str, verdict: dict | None
     error = error or ""
     if cause in _DECIDED or cause in ("stopped", "recycled"):
         return Cause(_BY_CAUSE.get(cause, verdicts.OTHER), summarize(cause, exit_code, error))
+    if cause in _BY_CAUSE and not (verdict and verdict.get("reason")):
+        # Seen by the control plane (its application's process ended, the driver vanished, a
+        # launch failed): that is the cause, whatever signal ended which process.
+        return Cause(_BY_CAUSE[cause], summarize(cause, exit_code, error))
     by_signal = _signal(exit_code)
     if by_signal:
         return Cause(KILLED, summarize(cause, exit_code, error))
@@ -342,10 +346,6 @@ def cause_of(cause: str, exit_code: int | None, error: str, verdict: dict | None
         )
         category = category if category in CATALOGUE else verdicts.OTHER
         return Cause(category, verdicts.clip(_one_line(verdict["reason"]), verdicts.MAX_REASON))
-    if cause in _BY_CAUSE:
-        said, _ = _read(error) if cause in ("launch-failed",) else ("", "")
-        line = _CAUSES[cause] + (f": {said}" if said else "")
-        return Cause(_BY_CAUSE[cause], line)
     said, category = _read(error)
     if said:
         return Cause(category, said)
