@@ -190,7 +190,7 @@ def test_a_missing_topic_is_a_definition_error_naming_it(spark, kafka_bootstrap,
     produce(kafka_bootstrap, source, ({"id": "a", "n": 1},))
     config = kafka_sink_config(tmp_path, kafka_bootstrap, source, out, "no-such-topic-here")
     error = failure(spark, config)
-    assert "KafkaSinkError" in error and "'no-such-topic-here' does not exist" in error
+    assert "MissingSinkTopic" in error and "'no-such-topic-here' does not exist" in error
 
 
 def test_two_sinks_each_write_once_and_the_one_that_failed_resumes_where_it_committed(

@@ -5,8 +5,6 @@ unless told to go on."""
 
 from __future__ import annotations
 
-import socket
-import threading
 import uuid
 from urllib.parse import urlsplit, urlunsplit
 
@@ -42,14 +40,19 @@ def sql(dsn: str, statement: str) -> None:
         conn.execute(statement)
 
 
+def source(topic: str) -> dict:
+    return {
+        "connection": "events",
+        "topics": [topic],
+        "schema": "id STRING, n INT, ts TIMESTAMP",
+        "starting_offsets": "earliest",
+    }
+
+
 def spec(topic: str, table: str, **sink) -> dict:
+    """From `topic` into the Postgres `table`, without a transform."""
     return valid_spec(
-        source={
-            "connection": "events",
-            "topics": [topic],
-            "schema": "id STRING, n INT, ts TIMESTAMP",
-            "starting_offsets": "earliest",
-        },
+        source=source(topic),
         transform=None,
         sink={"connection": "warehouse", "table": table, **sink},
     )
@@ -165,12 +168,7 @@ def test_the_user_needs_the_privileges_to_write(
 def test_a_kafka_sinks_topics_must_exist(api, kafka_connection, kafka_bootstrap):
     topic = new_topic(kafka_bootstrap)
     body = valid_spec(
-        source={
-            "connection": "events",
-            "topics": [topic],
-            "schema": "id STRING, n INT",
-            "starting_offsets": "earliest",
-        },
+        source=source(topic),
         transform=None,
         sink={"kind": "kafka", "connection": "events", "topic": "absent-out-5d2"},
     )
@@ -186,36 +184,7 @@ def test_a_kafka_sinks_topics_must_exist(api, kafka_connection, kafka_bootstrap)
     assert report["ok"], report
 
 
-@pytest.fixture
-def black_hole():
-    """A server that accepts connections and never says a word."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    held = []
-    stop = threading.Event()
-
-    def accept():
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
-    stop.set()
-    thread.join(2)
-    for conn in held:
-        conn.close()
-    server.close()
-
-
-def test_a_system_that_cannot_be_reached_is_a_warning_not_a_block(
-    api, settings, black_hole, sink_dsn
-):
+def test_a_system_that_cannot_be_reached_is_a_warning_not_a_block(api, settings, silent_address):
     """Kafka on a port nobody listens on, Postgres behind a server that never answers: each
     said as a warning within the timeout, and the preflight is ok."""
     settings.CONTROLPLANE_PREFLIGHT_TIMEOUT = 1
@@ -224,7 +193,7 @@ def test_a_system_that_cannot_be_reached_is_a_warning_not_a_block(
         (
             "warehouse",
             "postgres",
-            {"dsn": f"postgresql://nobody@127.0.0.1:{black_hole}/x?sslmode=disable"},
+            {"dsn": f"postgresql://nobody@{silent_address}/x?sslmode=disable"},
         ),
     ):
         response = api.post(
@@ -334,12 +303,7 @@ def test_a_files_sinks_root_must_be_a_writable_directory(
     api, kafka_connection, files_connection, files_dir, kafka_bootstrap
 ):
     body = valid_spec(
-        source={
-            "connection": "events",
-            "topics": [new_topic(kafka_bootstrap)],
-            "schema": "id STRING, n INT",
-            "starting_offsets": "earliest",
-        },
+        source=source(new_topic(kafka_bootstrap)),
         transform=None,
         sink={"kind": "files", "connection": "lake", "path": "orders/clean"},
     )

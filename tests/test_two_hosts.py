@@ -407,7 +407,11 @@ def test_two_hosts_share_the_fleet_and_one_survives_the_other(stack, kafka_boots
         )
         text = log.read_text(errors="replace")
         refused = text.find("the control plane refused this run (409)")
-        assert refused >= 0, text[-3000:]
+        # Or, cut off from HDFS long enough (a slow machine takes longer to place p2 and p3
+        # on A), its batch failed on its store and it ended by itself first: either way it
+        # is gone and committed nothing after the cut (above).
+        cut_off = "All datanodes" in text or "could not be reached" in text
+        assert refused >= 0 or cut_off, text[-3000:]
 
         time.sleep(2)  # records after the hand-over too
         produced, load = load.stop(), None

@@ -164,5 +164,13 @@ def test_each_failure_is_said_in_words_in_the_api_the_pages_and_the_alerts(
     )
     failure = Failure.objects.get(pipeline__name="killed")
     assert (failure.category, failure.reason) == ("killed", "killed by signal 9 (SIGKILL)")
+    restarts = AlertRule.objects.create(
+        name="restarts", kind="restarts", params={"count": 0, "minutes": 10}, repeat_seconds=0
+    )
+    engine.evaluate(timezone.now())
+    alert = Alert.objects.get(rule=restarts, pipeline__name="killed")
+    assert alert.message.endswith("; last failure: killed by signal 9 (SIGKILL)"), alert.message
+    page.goto(f"{live_server.url}/pipelines/killed/")
+    expect(page.locator("#status [data-cause]")).to_have_text("killed by signal 9 (SIGKILL)")
     said = api.get("/api/pipelines/killed/failures/").json()["results"][0]
     assert said["summary"] == "killed by signal 9 (SIGKILL)" and "OOM killer" in said["fix"]
