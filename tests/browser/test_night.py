@@ -188,48 +188,48 @@ def test_the_overview_puts_the_crash_loop_in_red_with_its_cause(
     page.screenshot(path=str(SCREENSHOTS / f"overview-night-{size}.png"), full_page=True)
 
 
+# Each state's page: (pipeline, health, words of its cause, words of what comes next).
+STATES = [
+    ("courier-keys", "failed", 'column "courier_id" named in key', "it gave up restarting"),
+    ("member-loop", "crash-looping", "violates check constraint", "after each failure"),
+    ("slow-start", "recovering", "Connection refused", "Restarts it in"),
+    ("orders-live", "healthy", None, None),
+]
+
+
 @pytest.mark.parametrize("size", ["desktop", "phone"])
-@pytest.mark.parametrize(
-    ("name", "health", "cause", "next_step"),
-    [
-        ("courier-keys", "failed", 'column "courier_id" named in key', "it gave up restarting"),
-        ("member-loop", "crash-looping", "violates check constraint", "after each failure"),
-        ("slow-start", "recovering", "Connection refused", "Restarts it in"),
-        ("orders-live", "healthy", None, None),
-    ],
-)
 def test_the_pipeline_page_leads_with_health_cause_fix_and_what_comes_next(
-    browser, live_server, django_user_model, night, size, name, health, cause, next_step
+    browser, live_server, django_user_model, night, size
 ):
     page = sign_in(browser, live_server, django_user_model, f"nick-{size}", "operator")
     page.set_viewport_size(PHONE if size == "phone" else DESKTOP)
-    page.goto(f"{live_server.url}/pipelines/{name}/")
-    status = page.locator("#status")
-    expect(status).to_have_attribute("data-health", health)
-    on_first_screen(page, "#status .health")
-    if cause:
-        expect(status.locator("[data-cause]")).to_contain_text(cause)
-        on_first_screen(page, "#status [data-cause]")
-        expect(status.locator(".fix")).not_to_be_empty()
-        # The full message is one click away, whole.
-        status.get_by_role("link", name="full message").click()
-        message = page.locator("#exceptions details.message").first
-        message.locator("summary").click()
-        expect(message.locator("pre")).to_be_visible()
-    if next_step:
-        expect(status.locator("[data-next-step]")).to_contain_text(next_step)
-    # Only the controls that make sense now.
-    summaries = page.locator("section.controls summary").all_inner_texts()
-    if health in ("failed", "recovering"):
-        assert "Start" in summaries, summaries
-    else:
-        assert "Start" not in summaries and "Stop" in summaries, summaries
-    if name == "slow-start":
-        assert "Restart now" in summaries, summaries
-    no_sideways_scroll(page)
-    assert_no_csp_violations(page)
-    page.goto(f"{live_server.url}/pipelines/{name}/")
-    page.screenshot(path=str(SCREENSHOTS / f"pipeline-{health}-{size}.png"))
+    for name, health, cause, next_step in STATES:
+        page.goto(f"{live_server.url}/pipelines/{name}/")
+        status = page.locator("#status")
+        expect(status).to_have_attribute("data-health", health)
+        on_first_screen(page, "#status .health")
+        page.screenshot(path=str(SCREENSHOTS / f"pipeline-{health}-{size}.png"))
+        if cause:
+            expect(status.locator("[data-cause]")).to_contain_text(cause)
+            on_first_screen(page, "#status [data-cause]")
+            expect(status.locator(".fix")).not_to_be_empty()
+            # The full message is one click away, whole.
+            status.get_by_role("link", name="full message").click()
+            message = page.locator("#exceptions details.message").first
+            message.locator("summary").click()
+            expect(message.locator("pre")).to_be_visible()
+        if next_step:
+            expect(status.locator("[data-next-step]")).to_contain_text(next_step)
+        # Only the controls that make sense now.
+        summaries = page.locator("section.controls summary").all_inner_texts()
+        if health in ("failed", "recovering"):
+            assert "Start" in summaries, (name, summaries)
+        else:
+            assert "Start" not in summaries and "Stop" in summaries, (name, summaries)
+        if name == "slow-start":
+            assert "Restart now" in summaries, summaries
+        no_sideways_scroll(page)
+        assert_no_csp_violations(page)
 
 
 def test_the_figures_and_ages_refresh_in_place(browser, live_server, django_user_model, night):
@@ -248,23 +248,25 @@ def test_the_figures_and_ages_refresh_in_place(browser, live_server, django_user
     expect(age).not_to_have_text(before, timeout=5_000)
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        "/",
-        "/pipelines/member-loop/",
-        "/pipelines/courier-keys/",
-        "/pipelines/orders-live/",
-        "/applications/",
-        "/alerts/",
-        "/connections/",
-        "/audit/",
-    ],
-)
-def test_axe_finds_no_accessibility_violation(browser, live_server, django_user_model, night, path):
+MAIN_PAGES = [
+    "/",
+    "/pipelines/member-loop/",
+    "/pipelines/courier-keys/",
+    "/pipelines/orders-live/",
+    "/applications/",
+    "/alerts/",
+    "/connections/",
+    "/audit/",
+]
+
+
+def test_axe_finds_no_accessibility_violation(browser, live_server, django_user_model, night):
     page = sign_in(browser, live_server, django_user_model, "alex", "operator")
-    page.goto(f"{live_server.url}{path}")
-    assert axe_violations(page) == []
+    found = {}
+    for path in MAIN_PAGES:
+        page.goto(f"{live_server.url}{path}")
+        found[path] = axe_violations(page)
+    assert found == {path: [] for path in MAIN_PAGES}
 
 
 def test_the_api_and_prometheus_say_the_same(api, night):
