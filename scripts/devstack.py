@@ -1628,14 +1628,8 @@ def cmd_test(stack: Stack, pytest_args: list[str]) -> int:
         # services and restarts, not computing. A test file runs whole in one process
         # (loadfile: module fixtures such as a private stack are made once); each process
         # keeps its own database, Redis database, runs and checkpoints (tests/workers.py).
-        # Files in the order tests/workers.py gives them (its LONGEST first), not xdist's own
-        # (most tests first), so that the run does not end in one long file.
         workers = os.environ.get("CONTROLPLANE_TEST_WORKERS", "2")
-        parallel = (
-            ["-n", workers, "--dist", "loadfile", "--no-loadscope-reorder"]
-            if workers not in ("", "0", "1")
-            else []
-        )
+        parallel = ["-n", workers, "--dist", "loadfile"] if workers not in ("", "0", "1") else []
         log(f"pytest ({workers or 1} processes)" if parallel else "pytest")
         return subprocess.run(
             [PY, "-m", "pytest", *parallel, *pytest_args], cwd=ROOT, env=env, check=False

@@ -313,3 +313,12 @@ def test_a_files_sinks_root_must_be_a_writable_directory(
     (files_dir / "lake").rmdir()
     report = draft(api, body)
     assert report["errors"] == {"sink.path": [f"{files_dir}/lake does not exist"]}
+
+
+def test_a_table_in_a_schema_that_does_not_exist_will_be_created(
+    api, kafka_connection, postgres_connection, kafka_bootstrap
+):
+    schema = f"pf_{uuid.uuid4().hex[:8]}"
+    report = draft(api, spec(new_topic(kafka_bootstrap), f"{schema}.orders"))
+    assert report["ok"], report
+    assert checks(report, "sink.table")[0][0] == "ok"

@@ -301,6 +301,9 @@ def _postgres_sink(context: _Context, spec: PipelineSpec, sink: PostgresSink, pa
             _unreachable(f"Postgres ({sink.connection})", exc, connection),
             started,
         )
+    except psycopg.Error as exc:  # a catalog query refused (a timeout, a privilege)
+        detail = redact(f"{type(exc).__name__}: {exc}".strip(), connection.get_secrets().values())
+        context.add(field_, "table", WARNING, f"could not be checked: {detail}", started)
 
 
 def _postgres_table(context, conn, spec: PipelineSpec, sink: PostgresSink, path, started):
@@ -310,8 +313,13 @@ def _postgres_table(context, conn, spec: PipelineSpec, sink: PostgresSink, path,
     output = output_types(spec)
     if oid is None:
         schema = sink.table.split(".")[0] if "." in sink.table else None
+        # The sink creates a missing schema too (CREATE on the database), else the table in
+        # it (CREATE on the schema).
         (may,) = conn.execute(
-            "SELECT has_schema_privilege(coalesce(%s, current_schema()), 'CREATE')", (schema,)
+            "SELECT CASE WHEN to_regnamespace(coalesce(%s, current_schema())) IS NULL"
+            " THEN has_database_privilege(current_database(), 'CREATE')"
+            " ELSE has_schema_privilege(coalesce(%s, current_schema()), 'CREATE') END",
+            (schema, schema),
         ).fetchone()
         if not may:
             context.add(
