@@ -245,9 +245,19 @@ def wait(predicate, timeout: float, what: str, stack: TwoHosts) -> None:
     pipelines and both hosts' workers' logs."""
 
     def details() -> str:
-        pipelines = stack.api("GET", "/api/pipelines/").text[-3000:]
+        # Each pipeline's status and health, and its current run: where, in what state.
+        shown = []
+        for p in stack.api("GET", "/api/pipelines/").json()["results"]:
+            runs = stack.api("GET", f"/api/pipelines/{p['name']}/runs/").json()["results"]
+            run = runs[0] if runs else {}
+            shown.append(
+                f"{p['name']}: {p['status']} ({p['health']['state']}: {p['health']['why']}),"
+                f" run {run.get('generation')} {run.get('state')} on {run.get('host')!r}"
+                f" ({run.get('cause') or '-'}; {run.get('summary') or ''})"
+            )
+        pipelines = "\n  ".join(shown)
         return (
-            f"pipelines: {pipelines}\n"
+            f"pipelines:\n  {pipelines}\n"
             f"host A worker: {stack.log('host-a-worker')[-2500:]}\n"
             f"host B worker: {stack.log('host-b-worker')[-2500:]}"
         )
