@@ -41,9 +41,6 @@ from .serializers import (
     StartSerializer,
 )
 
-# Actions that launch a driver: the preflight runs before them.
-LAUNCHING = ("start", "resume", "restart")
-
 
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7396 JSON merge patch, except that an object whose `kind` changes is replaced
@@ -222,24 +219,21 @@ class PipelineViewSet(viewsets.ModelViewSet):
 
     def _control(self, request, action: str) -> Response:
         pipeline = self.get_object()
-        launching = action in LAUNCHING
+        launching = action in preflight.LAUNCHING
         body = (StartSerializer if launching else ControlSerializer)(data=request.data or {})
         body.is_valid(raise_exception=True)
-        checked = None
-        if launching and settings.CONTROLPLANE_PREFLIGHT != "off":
-            checked = preflight.of_pipeline(pipeline)
-            refuse = settings.CONTROLPLANE_PREFLIGHT == "refuse"
-            forced = body.validated_data.get("force")
-            if checked is not None and not checked.ok and refuse and not forced:
-                return Response(
-                    {
-                        "detail": "not started: the preflight found problems"
-                        f" ({checked.errors_in_words()});"
-                        " fix them, or send force: true to start anyway",
-                        "preflight": checked.as_dict(),
-                    },
-                    status=status.HTTP_409_CONFLICT,
-                )
+        gate = preflight.before(pipeline, action, forced=bool(body.validated_data.get("force")))
+        checked = gate.report
+        if gate.refused:
+            return Response(
+                {
+                    "detail": "not started: the preflight found problems"
+                    f" ({checked.errors_in_words()});"
+                    " fix them, or send force: true to start anyway",
+                    "preflight": checked.as_dict(),
+                },
+                status=status.HTTP_409_CONFLICT,
+            )
         try:
             pipeline = controls.act(
                 pipeline,

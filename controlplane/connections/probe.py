@@ -58,18 +58,24 @@ def _ms(started: float) -> float:
     return (time.monotonic() - started) * 1000
 
 
-def _probe_kafka(settings: dict, secrets: dict, timeout: float) -> ProbeResult:
+def kafka_consumer(settings: dict, secrets: dict, timeout: float) -> KafkaConsumer:
+    """A consumer of a stored Kafka connection for metadata, every request within `timeout`
+    seconds; a refused SASL login raises SaslLoginError at once (kafka-python reports one
+    only as a bootstrap timeout: it logs in first)."""
     timeout_ms = int(timeout * 1000)
     config = kafka_client_config(settings, secrets)
-    # kafka-python reports a refused SASL login only as a bootstrap timeout: log in first.
     check_sasl_login(config, timeout)
-    consumer = KafkaConsumer(
+    return KafkaConsumer(
         **config,
         request_timeout_ms=timeout_ms,
         bootstrap_timeout_ms=timeout_ms,
         connections_max_idle_ms=timeout_ms + 1000,
         enable_auto_commit=False,
     )
+
+
+def _probe_kafka(settings: dict, secrets: dict, timeout: float) -> ProbeResult:
+    consumer = kafka_consumer(settings, secrets, timeout)
     try:
         topics = sorted(consumer.topics())
     finally:

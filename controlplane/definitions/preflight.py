@@ -36,9 +36,8 @@ from psycopg import sql
 
 from controlplane.connections.models import Connection
 from controlplane.connections.policy import files_connection_root, postgres_connect_arguments
-from controlplane.connections.probe import probe
+from controlplane.connections.probe import kafka_consumer, probe
 from controlplane.redaction import redact
-from jobs.connections import kafka_client_config
 from jobs.spec import PipelineSpec, SpecError
 from jobs.spec.ddl import parse_schema, simple_string
 from jobs.spec.model import FilesSink, KafkaSink, KafkaSource, PostgresSink
@@ -127,6 +126,30 @@ def run(spec: PipelineSpec, *, timeout: float | None = None) -> Report:
     return context.report
 
 
+# Actions that launch a driver: the preflight runs before them (`before`).
+LAUNCHING = ("start", "resume", "restart")
+
+
+@dataclass(frozen=True)
+class Gate:
+    report: Report | None  # None: not run (no launch, CONTROLPLANE_PREFLIGHT off, no spec)
+    refused: bool  # errors found, and CONTROLPLANE_PREFLIGHT refuses unless forced
+
+
+def before(pipeline, action: str, *, forced: bool) -> Gate:
+    """The preflight before an on-call `action` (the API's and the page's alike): run for
+    actions that launch a driver unless CONTROLPLANE_PREFLIGHT is off; refusing when it
+    found errors, the setting is `refuse` and the user did not force it."""
+    from django.conf import settings
+
+    mode = settings.CONTROLPLANE_PREFLIGHT
+    if action not in LAUNCHING or mode == "off":
+        return Gate(None, False)
+    report = of_pipeline(pipeline)
+    refused = report is not None and not report.ok and mode == "refuse" and not forced
+    return Gate(report, refused)
+
+
 def of_pipeline(pipeline) -> Report | None:
     """The preflight of a stored pipeline's definition; None when it no longer validates
     (its driver refuses it at the start, and says why)."""
@@ -140,23 +163,6 @@ def of_pipeline(pipeline) -> Report | None:
 
 
 # -- Kafka -------------------------------------------------------------------------------------
-
-
-def _kafka_consumer(context: _Context, connection: Connection):
-    from kafka import KafkaConsumer
-
-    from jobs.kafka.auth import check_sasl_login
-
-    timeout_ms = int(context.timeout * 1000)
-    config = kafka_client_config(connection.settings, connection.get_secrets())
-    check_sasl_login(config, context.timeout)
-    return KafkaConsumer(
-        **config,
-        request_timeout_ms=timeout_ms,
-        bootstrap_timeout_ms=timeout_ms,
-        connections_max_idle_ms=timeout_ms + 1000,
-        enable_auto_commit=False,
-    )
 
 
 def _unreachable(what: str, exc: BaseException, connection: Connection | None) -> str:
@@ -178,7 +184,7 @@ def _kafka_topics(
     if connection is None:
         return  # validation names it
     try:
-        consumer = _kafka_consumer(context, connection)
+        consumer = kafka_consumer(connection.settings, connection.get_secrets(), context.timeout)
     except Exception as exc:  # the cluster could not be reached or logged in to
         for path, _ in wanted:
             context.add(

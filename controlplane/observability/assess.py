@@ -34,6 +34,7 @@ class Assessment:
     health: health.Health
     cause: explain.Cause | None  # its last failure's, since its last start by hand
     failure_at: datetime | None
+    failure_id: int | None = None  # that failure's row (the exceptions table links to it)
 
     def as_dict(self) -> dict:
         out = self.health.as_dict()
@@ -120,7 +121,10 @@ def assess(
             attempt=pipeline.attempt,
         )
         out[pipeline.pk] = Assessment(
-            health.judge(facts, now, rules), cause, failure.at if failure else None
+            health.judge(facts, now, rules),
+            cause,
+            failure.at if failure else None,
+            failure.pk if failure else None,
         )
     return out
 

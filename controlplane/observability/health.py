@@ -26,7 +26,7 @@ Severity orders them for the overview: red (failed, crash-looping, failing), amb
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 FAILED = "failed"
@@ -87,7 +87,6 @@ class Health:
     state: str
     why: str  # in words, for the overview and alerts
     recent_failures: int = 0  # within the crash-loop window
-    extra: dict = field(default_factory=dict)
 
     @property
     def colour(self) -> str:

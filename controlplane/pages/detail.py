@@ -25,8 +25,6 @@ CONTROLS = [
     ("reset-restarts", "Reset restarts", "Count failures afresh from now (attempts, backoff)."),
 ]
 CONTROL_NAMES = {c[0] for c in CONTROLS}
-# Controls that launch a driver: the preflight runs before them.
-LAUNCHING = ("start", "resume", "restart")
 # Actions that lose the batch in flight or keep a pipeline down: shown apart, in red.
 DANGEROUS = {"kill", "suspend", "stop"}
 

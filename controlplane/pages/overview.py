@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from controlplane.definitions.models import Pipeline, PipelineFigures, Status
+from controlplane.definitions.models import Pipeline, PipelineFigures
 from controlplane.observability import health, metrics
 from controlplane.observability.assess import assess
 from controlplane.observability.health import Health
@@ -27,18 +27,7 @@ FILTERS = {
     "running": {DEGRADED, HEALTHY},
     "stopped": {QUIET},
 }
-# A word and a symbol with every colour, so that status never depends on colour alone.
-STATUS_SYMBOLS = {
-    Status.RUNNING: "●",
-    Status.STARTING: "◔",
-    Status.RESTARTING: "↻",
-    Status.BACKING_OFF: "↻",
-    Status.STOPPING: "◌",
-    Status.STOPPED: "■",
-    Status.SUSPENDED: "⏸",
-    Status.FAILED: "✖",
-}
-# The same for health, by its colour.
+# A word and a symbol with every colour, so that health never depends on colour alone.
 HEALTH_SYMBOLS = {health.RED: "✖", health.AMBER: "▲", health.GREEN: "●", health.GREY: "■"}
 
 SORTS = {
@@ -66,10 +55,6 @@ class Row:
     @property
     def severity_name(self) -> str:
         return SEVERITY_NAMES[self.severity]
-
-    @property
-    def symbol(self) -> str:
-        return STATUS_SYMBOLS.get(self.pipeline.status, "?")
 
     @property
     def health_symbol(self) -> str:

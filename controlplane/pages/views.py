@@ -143,7 +143,7 @@ def pipeline_page(request, name: str):
             **_driver_log(request, status["run"]),
             "controls": controls_here,
             "dangerous": detail.DANGEROUS,
-            "launching": detail.LAUNCHING,
+            "launching": preflight.LAUNCHING,
             "dedicated_master": settings.SPARK_MASTER,
             "master_ui_url": (
                 settings.SPARK_MASTER_UI_URL if settings.SPARK_MASTER.startswith("spark://") else ""
@@ -308,11 +308,6 @@ def _status_context(pipeline: Pipeline, now) -> dict:
     cause = judged.cause
     if cause is not None:
         cause = explain.Cause(cause.category, mask(cause.line, known_secrets()))
-    failure_id = (
-        pipeline.failures.order_by("-at", "-id").values_list("id", flat=True).first()
-        if cause is not None
-        else None
-    )
     return {
         "p": pipeline,
         "run": run,
@@ -321,10 +316,9 @@ def _status_context(pipeline: Pipeline, now) -> dict:
         "health_symbol": overview.HEALTH_SYMBOLS[judged.health.colour],
         "cause": cause,
         "failure_at": judged.failure_at,
-        "failure_id": failure_id,
+        "failure_id": judged.failure_id,
         "next_step": detail.next_step(pipeline, restart, judged.health.colour),
         "spec_note": detail.spec_note(pipeline, run),
-        "symbol": overview.STATUS_SYMBOLS.get(pipeline.status, "?"),
         "status_refresh_seconds": STATUS_REFRESH_SECONDS,
         "ui": driver_files.spark_ui(run) if run is not None else None,
     }
@@ -340,20 +334,18 @@ def pipeline_control(request, name: str, action: str):
     reason = request.POST.get("reason", "").strip()[:500]
     if not detail.confirmed(request, pipeline.name, refusal="Not done"):
         return detail.back(request, name)
-    mode = settings.CONTROLPLANE_PREFLIGHT
-    if action in detail.LAUNCHING and mode != "off":
-        checked = preflight.of_pipeline(pipeline)
-        if checked is not None and not checked.ok:
-            problems = checked.errors_in_words()
-            if mode == "refuse" and not request.POST.get("force"):
-                detail.say(
-                    request,
-                    messages.ERROR,
-                    f"{action} not done: the preflight found problems: {problems}. Fix them,"
-                    " or tick “even though the preflight finds problems”.",
-                )
-                return detail.back(request, name)
-            messages.warning(request, f"The preflight found problems: {problems}.")
+    gate = preflight.before(pipeline, action, forced=bool(request.POST.get("force")))
+    if gate.refused:
+        detail.say(
+            request,
+            messages.ERROR,
+            f"{action} not done: the preflight found problems:"
+            f" {gate.report.errors_in_words()}. Fix them, or tick “even though the preflight"
+            " finds problems”.",
+        )
+        return detail.back(request, name)
+    if gate.report is not None and not gate.report.ok:
+        messages.warning(request, f"The preflight found problems: {gate.report.errors_in_words()}.")
     try:
         controls.act(pipeline, action, user=request.user, reason=reason, now=timezone.now())
     except controls.NotApplicable as exc:
