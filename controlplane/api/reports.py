@@ -22,7 +22,7 @@ from controlplane.accounts import security
 from controlplane.accounts.models import digest as token_digest
 from controlplane.definitions.models import Run, SparkApplication
 from controlplane.observability import progress
-from controlplane.supervision import applications, failures, reconciler, reports, tasks
+from controlplane.supervision import applications, endings, failures, reports, tasks
 from controlplane.supervision.reports import STALE
 
 
@@ -244,7 +244,7 @@ class RunExit(RunReportView):
             return Response(STALE, status=status.HTTP_409_CONFLICT)
         data = ExitSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        recorded = reconciler.record_exit(
+        recorded = endings.record_exit(
             run,
             timezone.now(),
             exit_code=data.validated_data["exit_code"],

@@ -37,12 +37,11 @@ from controlplane.definitions.models import (
     SparkApplication,
 )
 
-from . import hosts, launcher
+from . import endings, hosts, launcher
+from .causes import EndCause
 
 log = logging.getLogger("controlplane.applications")
 
-LOST = "application-lost"
-RECYCLED = "recycled"
 # Delays before starting an application again after 1, 2, 3... losses in a row; a loss after
 # it has been up for RESET_AFTER starts the count again.
 BACKOFF_SECONDS = (0, 2, 5, 10, 20, 40, 60)
@@ -228,16 +227,16 @@ def _ended(app: SparkApplication, report: dict | None, now: datetime):
     error = (report or {}).get("error_tail", "") or "the application's process is gone"
     placed = list(members(app))
     if app.status == ApplicationStatus.RECYCLING:
-        action, cause, changes = "recycled", RECYCLED, {"next_attempt_at": now}
+        action, cause, changes = "recycled", EndCause.RECYCLED, {"next_attempt_at": now}
         status = ApplicationStatus.RESTARTING
     elif app.desired_state != DesiredState.RUNNING or app.status == ApplicationStatus.STOPPING:
-        action, cause, changes = "stopped", LOST, {"next_attempt_at": None}
+        action, cause, changes = "stopped", EndCause.APPLICATION_LOST, {"next_attempt_at": None}
         status = ApplicationStatus.STOPPED
     else:
         attempt = app.attempt + 1
         if app.ready_at is not None and now - app.ready_at > RESET_AFTER:
             attempt = 1
-        action, cause = "lost", LOST
+        action, cause = "lost", EndCause.APPLICATION_LOST
         changes = {"attempt": attempt, "next_attempt_at": now + backoff(attempt)}
         changes["restarts"] = F("restarts") + 1
         status = ApplicationStatus.RESTARTING
@@ -267,11 +266,9 @@ def _end_members(placed: list[Run], cause: str, error: str, now: datetime) -> No
     """End the runs of an application whose process is gone, each under its pipeline's lock
     (taken after the application's was released): by its own exit report where the
     application wrote one, else with the cause it was being killed for, else `cause`."""
-    from . import reconciler
-
     for run in placed:
         if not _recorded_exit(run, now):
-            reconciler.finish(
+            endings.finish(
                 run,
                 now,
                 exit_code=None,
@@ -282,12 +279,10 @@ def _end_members(placed: list[Run], cause: str, error: str, now: datetime) -> No
 
 def _recorded_exit(run: Run, now: datetime) -> bool:
     """Record the run's end from the exit report its application wrote, if there is one."""
-    from . import reconciler
-
     report = launcher.exit_report(run)
     if report is None:
         return False
-    reconciler.record_exit(
+    endings.record_exit(
         run,
         now,
         exit_code=report.get("exit_code"),
@@ -402,7 +397,7 @@ def _recycle(app: SparkApplication, now: datetime) -> None:
         if run.stop_requested_at is None:
             launcher.request_stop(run)
             Run.objects.filter(pk=run.pk, state__in=RunState.active()).update(
-                state=RunState.STOPPING, stop_requested_at=now, end_cause=RECYCLED
+                state=RunState.STOPPING, stop_requested_at=now, end_cause=EndCause.RECYCLED
             )
             log.info("application %s: stopping %s for the recycle", app.name, run)
         waiting = True

@@ -17,7 +17,8 @@ from django.db import transaction
 from controlplane.definitions import audit, services
 from controlplane.definitions.models import DesiredState, Pipeline, Run, RunState, Status
 
-from . import hosts, reconciler
+from . import endings, hosts
+from .causes import EndCause
 from .status import transition
 from .transitions import Observation
 
@@ -105,11 +106,11 @@ def _kill(run: Run, now: datetime, *, error: str) -> None:
     launch kills what it started when it finds the run ended; a lost host's token is
     revoked with it)."""
     if not run.host or run.host == hosts.here():
-        reconciler.kill_run(run, now, exit_code=-9, cause="killed", error=error)
+        endings.kill_run(run, now, exit_code=-9, cause=EndCause.KILLED, error=error)
     elif not run.pid or hosts.is_lost(run.host, now):
-        reconciler.finish(run, now, exit_code=-9, cause="killed", error=error)
+        endings.finish(run, now, exit_code=-9, cause=EndCause.KILLED, error=error)
     else:
-        reconciler.request_kill(run, now, cause="killed", error=error)
+        endings.request_kill(run, now, cause=EndCause.KILLED, error=error)
 
 
 def act(pipeline: Pipeline, action: str, *, user, reason: str, now: datetime) -> Pipeline:

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 from jobs import failures as verdicts
 
+from .causes import EndCause
+
 # What the error output says, most telling first: (pattern, what it means). A pattern's
 # group "detail", where it has one, is quoted.
 _ERRORS: list[tuple[re.Pattern, str, str]] = [
@@ -80,25 +82,15 @@ _LAST_EXCEPTION = re.compile(
     r"^\s*(?:Caused by: )?(?P<name>[\w.$]*(?:Error|Exception)): (?P<detail>.+)$", re.M
 )
 
-_CAUSES = {
-    "stopped": "stopped as asked",
-    "killed": "killed",
-    "recycled": "stopped for a recycle of its shared application",
-    "application-lost": "its shared application's process ended",
-    "host-lost": "its control-plane host was lost",
-    "vanished": "the driver's process disappeared without an exit report",
-    "launch-lost": "its launch never completed",
-    "launch-failed": "it could not be launched",
-    "lost-heartbeat": "no heartbeat in time",
-    "stalled": "stalled: no batch completed in time",
-}
+# The words of the ends the control plane records itself (not the driver's exits).
+_CAUSES = {c: c.label for c in EndCause if c not in (EndCause.EXITED, EndCause.CRASHED)}
 
 # Ends the control plane decided or was asked for, and the word its message starts with.
 _DECIDED = {
-    "killed": "killed",
-    "host-lost": "host lost",
-    "lost-heartbeat": "lost heartbeat",
-    "stalled": "stalled",
+    EndCause.KILLED: "killed",
+    EndCause.HOST_LOST: "host lost",
+    EndCause.NO_HEARTBEAT: "lost heartbeat",
+    EndCause.STALLED: "stalled",
 }
 DETAIL_CHARS = 200
 
@@ -106,7 +98,7 @@ DETAIL_CHARS = 200
 def summarize(cause: str, exit_code: int | None, error: str) -> str:
     """One line: why the run ended."""
     error = error or ""
-    if cause in ("stopped", "recycled"):
+    if cause in (EndCause.STOPPED, EndCause.RECYCLED):
         return _CAUSES[cause]
     if cause in _DECIDED:
         # Asked for, or decided by the control plane: its own words (kept in the error).
@@ -178,13 +170,13 @@ def _clip(text: str) -> str:
 # -- the catalogue of causes -----------------------------------------------------------------
 
 # Categories of ends without a verdict (the control plane's own observations).
-KILLED = "killed"  # by a signal: the kernel's OOM killer, an operator, a host's shutdown
-APPLICATION_LOST = "application-lost"
-HOST_LOST = "host-lost"
-NO_HEARTBEAT = "lost-heartbeat"
-STALLED = "stalled"
-LAUNCH_FAILED = "launch-failed"
-VANISHED = "vanished"
+KILLED = EndCause.KILLED.value  # by a signal: the kernel's OOM killer, an operator, a shutdown
+APPLICATION_LOST = EndCause.APPLICATION_LOST.value
+HOST_LOST = EndCause.HOST_LOST.value
+NO_HEARTBEAT = EndCause.NO_HEARTBEAT.value
+STALLED = EndCause.STALLED.value
+LAUNCH_FAILED = EndCause.LAUNCH_FAILED.value
+VANISHED = EndCause.VANISHED.value
 
 
 @dataclass(frozen=True)
@@ -297,13 +289,13 @@ CATALOGUE: dict[str, Entry] = {
     ),
 }
 _BY_CAUSE = {
-    "application-lost": APPLICATION_LOST,
-    "host-lost": HOST_LOST,
-    "lost-heartbeat": NO_HEARTBEAT,
-    "stalled": STALLED,
-    "launch-failed": LAUNCH_FAILED,
-    "launch-lost": LAUNCH_FAILED,
-    "vanished": VANISHED,
+    EndCause.APPLICATION_LOST: APPLICATION_LOST,
+    EndCause.HOST_LOST: HOST_LOST,
+    EndCause.NO_HEARTBEAT: NO_HEARTBEAT,
+    EndCause.STALLED: STALLED,
+    EndCause.LAUNCH_FAILED: LAUNCH_FAILED,
+    EndCause.LAUNCH_LOST: LAUNCH_FAILED,
+    EndCause.VANISHED: VANISHED,
 }
 
 
@@ -331,7 +323,7 @@ def cause_of(cause: str, exit_code: int | None, error: str, verdict: dict | None
     """Why a run ended, in one line, and its category (see the module's docstring for what
     decides). `verdict`: the driver's, as its exit report carried it (checked), if any."""
     error = error or ""
-    if cause in _DECIDED or cause in ("stopped", "recycled"):
+    if cause in _DECIDED or cause in (EndCause.STOPPED, EndCause.RECYCLED):
         return Cause(_BY_CAUSE.get(cause, verdicts.OTHER), summarize(cause, exit_code, error))
     if cause in _BY_CAUSE and not (verdict and verdict.get("reason")):
         # Seen by the control plane (its application's process ended, the driver vanished, a

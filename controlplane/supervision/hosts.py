@@ -40,7 +40,6 @@ from .launcher import this_host as here
 
 log = logging.getLogger("controlplane.hosts")
 
-HOST_LOST = "host-lost"
 RECONCILE_PIPELINE = "controlplane.supervision.tasks.reconcile_pipeline"
 RECONCILE_APPLICATION = "controlplane.supervision.tasks.reconcile_application"
 RECONCILE_HOST = "controlplane.supervision.tasks.reconcile_host"

@@ -35,29 +35,24 @@ from django.db.models.functions import Concat
 from controlplane.definitions.models import (
     DEDICATED,
     DesiredState,
-    Failure,
     Pipeline,
     ReconcilerState,
     Run,
     RunState,
     Status,
 )
-from controlplane.redaction import redact
-from jobs.spec import SpecError, parse_spec
-from jobs.spec.model import NoRestart
 
 from . import (
     applications,
     attention,
-    explain,
-    failures,
     hosts,
     launcher,
-    restarts,
     restore_points,
     silence,
     transitions,
 )
+from .causes import EndCause
+from .endings import exit_cause, finish, kill_run, lock_pipeline, record_exit
 from .status import transition
 from .transitions import Action, Observation
 
@@ -153,7 +148,7 @@ def reconcile_pipeline(
             try:
                 with transaction.atomic(), connection.cursor() as cursor:
                     cursor.execute(f"SET LOCAL lock_timeout = '{int(NUDGE_LOCK_WAIT * 1000)}ms'")
-                    pipeline = _lock_pipeline(pipeline_id)
+                    pipeline = lock_pipeline(pipeline_id)
                     cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
             except OperationalError:  # lock_timeout: the next tick does it
                 log.warning("pipeline %s: its row stayed locked; left to the tick", pipeline_id)
@@ -217,11 +212,6 @@ def _restart_due_now(pipeline: Pipeline, run: Run, now: datetime) -> bool:
 def _set_message(pipeline: Pipeline, message: str) -> None:
     Pipeline.objects.filter(pk=pipeline.pk).update(status_message=message)
     pipeline.status_message = message
-
-
-def _lock_pipeline(pipeline_id: int) -> Pipeline | None:
-    """The pipeline's row lock (waiting for it): always taken before its run's row."""
-    return Pipeline.objects.select_for_update().filter(pk=pipeline_id).first()
 
 
 def _new_run(
@@ -289,10 +279,10 @@ def _launch(run: Run, token: str, now: datetime) -> str:
         launcher.launch(run, token)
     except Exception as exc:
         log.exception("pipeline %s: launch failed", run.pipeline.name)
-        finish(run, now, exit_code=None, cause="launch-failed", error=str(exc))
-        return "launch-failed"
+        finish(run, now, exit_code=None, cause=EndCause.LAUNCH_FAILED, error=str(exc))
+        return EndCause.LAUNCH_FAILED
     with transaction.atomic():
-        pipeline = _lock_pipeline(run.pipeline_id)  # a kill either sees the pid, or ended it
+        pipeline = lock_pipeline(run.pipeline_id)  # a kill either sees the pid, or ended it
         updated = Run.objects.filter(pk=run.pk, state=RunState.STARTING).update(
             pid=run.pid, process_started=run.process_started, started_at=now, state=RunState.RUNNING
         )
@@ -334,8 +324,8 @@ def _observe(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
             if seen
             else f"host {run.host} is lost (never heard from)"
         ) + ": the run's token is revoked"
-        finish(run, now, exit_code=None, cause=run.end_cause or hosts.HOST_LOST, error=error)
-        return hosts.HOST_LOST
+        finish(run, now, exit_code=None, cause=run.end_cause or EndCause.HOST_LOST, error=error)
+        return EndCause.HOST_LOST
     if pipeline.status_message and not pipeline.status_message.startswith(UNHEARD):
         _set_message(pipeline, "")
     report = launcher.exit_report(run) if run.run_dir else None
@@ -353,25 +343,31 @@ def _observe(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
         if now - run.created_at > LAUNCH_GRACE:
             # What the lost launch may have started (found by its run dir, or its assignment).
             kill_run(
-                run, now, exit_code=None, cause="launch-lost", error="the launch never completed"
+                run,
+                now,
+                exit_code=None,
+                cause=EndCause.LAUNCH_LOST,
+                error="the launch never completed",
             )
-            return "launch-lost"
+            return EndCause.LAUNCH_LOST
         return None
     if launcher.alive(run) is False:
         if run.application_id is not None:
             # Its application's process is gone (which the application's own step records).
-            cause = run.end_cause or applications.LOST
+            cause = run.end_cause or EndCause.APPLICATION_LOST
             finish(run, now, exit_code=None, cause=cause, error="its application's process is gone")
             return cause
         launcher.kill(run)  # what the supervisor left behind, if anything
-        finish(run, now, exit_code=None, cause="vanished", error="the driver process is gone")
-        return "vanished"
+        finish(
+            run, now, exit_code=None, cause=EndCause.VANISHED, error="the driver process is gone"
+        )
+        return EndCause.VANISHED
     if run.kill_requested_at is not None:
         # Killed (by an operator through another host's web app, or the reconciler): a
         # dedicated driver is killed here and now; a query in a shared application ends when
         # the application says so (asked again: idempotent), and one that does not give way
         # in time gets its application recycled.
-        cause = run.end_cause or "killed"
+        cause = run.end_cause or EndCause.KILLED
         exit_code = -9 if run.application_id is None else None
         if kill_run(run, now, exit_code=exit_code, cause=cause, error=run.error_tail):
             return cause
@@ -386,7 +382,7 @@ def _observe(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
             ):
                 return "recycle"
         return None
-    for cause, check in (("lost-heartbeat", _heartbeat_overdue), ("stalled", _stalled)):
+    for cause, check in ((EndCause.NO_HEARTBEAT, _heartbeat_overdue), (EndCause.STALLED, _stalled)):
         problem = check(run, now) if run.state == RunState.RUNNING else None
         if problem is not None and (why := reports_cannot_arrive()):
             # The driver's reports go through the web app: while it does not answer, a silent
@@ -472,166 +468,8 @@ def _stop(pipeline: Pipeline, run: Run, now: datetime) -> str | None:
         log.warning(
             "pipeline %s: run %s ignored the stop; killing it", pipeline.name, run.generation
         )
-        kill_run(run, now, exit_code=-9, cause="killed", error="did not stop within the timeout")
+        kill_run(
+            run, now, exit_code=-9, cause=EndCause.KILLED, error="did not stop within the timeout"
+        )
         return "kill"
     return None
-
-
-def kill_run(run: Run, now: datetime, *, exit_code: int | None, cause: str, error: str) -> bool:
-    """Kill the run's driver and record its end with `cause`. A query in a shared application
-    is killed by asking its application: the run stays active (stopping) until the
-    application says the query ended, then ends with `cause`. True if it ended now."""
-    if launcher.kill(run):
-        return finish(run, now, exit_code=exit_code, cause=cause, error=error)
-    request_kill(run, now, cause=cause, error=error)
-    return False
-
-
-def request_kill(run: Run, now: datetime, *, cause: str, error: str) -> None:
-    """Record that the run is being killed (it stays active, stopping): its own host's step
-    kills it (`_observe`), or its application ends its query; it then ends with `cause`."""
-    Run.objects.filter(pk=run.pk, state__in=RunState.active(), kill_requested_at=None).update(
-        state=RunState.STOPPING, kill_requested_at=now, end_cause=cause, error_tail=error
-    )
-
-
-def exit_cause(run: Run, exit_code: int | None) -> str:
-    if run.end_cause:
-        return run.end_cause  # what it was being killed or stopped for
-    if run.stop_requested_at:
-        return "stopped"
-    return "exited" if exit_code == 0 else "crashed"
-
-
-def record_exit(
-    run: Run,
-    now: datetime,
-    *,
-    exit_code: int | None,
-    error: str,
-    failure: dict | None = None,
-    current_only: bool = False,
-) -> bool:
-    """The driver exited (its supervisor says so): end the run; False if already ended (or,
-    with `current_only`, if it is no longer the pipeline's current run). `failure`: the
-    driver's verdict on its failure, permanent or transient (controlplane.supervision.failures)."""
-    with transaction.atomic():
-        pipeline = _lock_pipeline(run.pipeline_id)  # pipeline, then run: as everywhere
-        run.refresh_from_db(fields=["state", "stop_requested_at", "end_cause", "error_tail"])
-        if pipeline is None or run.state not in RunState.active():
-            return False
-        if current_only and run.generation != pipeline.generation:
-            return False
-        cause = exit_cause(run, exit_code)
-        error = error or run.error_tail  # a killed query's own report has no error: its cause's
-        return _finish(
-            run, pipeline, now, exit_code=exit_code, cause=cause, error=error, failure=failure
-        )
-
-
-def finish(run: Run, now: datetime, *, exit_code: int | None, cause: str, error: str) -> bool:
-    """Record a run's end and settle its pipeline (only if the run is still current): at
-    rest if it was asked to stop, else per its restart policy. One transaction, under the
-    pipeline's row lock (taken first: the one lock order): nobody sees the run ended while
-    its pipeline still says it runs. False if the run had ended already."""
-    with transaction.atomic():
-        pipeline = _lock_pipeline(run.pipeline_id)
-        if pipeline is None:
-            return False  # deleted, and its runs with it
-        return _finish(run, pipeline, now, exit_code=exit_code, cause=cause, error=error)
-
-
-def _finish(
-    run: Run,
-    pipeline: Pipeline,
-    now: datetime,
-    *,
-    exit_code: int | None,
-    cause: str,
-    error: str,
-    failure: dict | None = None,
-) -> bool:
-    ended = Run.objects.filter(pk=run.pk, state__in=RunState.active()).update(
-        state=RunState.EXITED, ended_at=now, exit_code=exit_code, cause=cause, error_tail=error
-    )
-    if not ended:
-        return False  # another worker recorded it first
-    log.info(
-        "pipeline %s: run %s ended (%s, exit %s)", pipeline.name, run.generation, cause, exit_code
-    )
-    if pipeline.generation != run.generation:
-        return True
-    if cause in AS_ASKED or pipeline.desired_state != DesiredState.RUNNING:
-        transition(pipeline, Observation.ENDED, if_generation=run.generation, next_attempt_at=None)
-        return True
-    _failed(pipeline, run, now, cause=cause, error=error, failure=failure, exit_code=exit_code)
-    return True
-
-
-# Ends that are no failure: asked for by an operator, or a recycle of the run's application
-# (the pipeline starts again as soon as it is back).
-AS_ASKED = ("stopped", "killed", applications.RECYCLED)
-
-
-def _failed(
-    pipeline: Pipeline,
-    run: Run,
-    now: datetime,
-    *,
-    cause: str,
-    error: str,
-    failure: dict | None = None,
-    exit_code: int | None = None,
-) -> None:
-    """A run the pipeline still wanted ended: record the failure, ask the restart policy.
-    Permanent or not is the driver's verdict (`failure`), by the exception's type; without
-    one (an older driver, a launch failure) the error output is read (failures.judge)."""
-    judgement = failures.judge(failure, error, cause)
-    permanent = judgement.permanent
-    said = explain.cause_of(cause, exit_code, error, judgement.verdict)
-    this = restarts.Failure(
-        at=now, cause=judgement.cause, started_at=run.started_at, permanent=permanent
-    )
-    earlier = pipeline.failures.all()
-    if pipeline.restarts_since is not None:
-        earlier = earlier.filter(at__gte=pipeline.restarts_since)
-    history = [
-        restarts.Failure(at=f.at, cause=f.cause, started_at=f.run_started_at, permanent=f.permanent)
-        for f in earlier
-    ]
-    try:
-        policy = parse_spec(pipeline.spec).restart_policy
-        decision = restarts.decide(policy, [*history, this], now, seed=str(pipeline.pk))
-        reason = redact(failures.decision_reason(judgement, decision.reason))
-    except SpecError as exc:
-        # A definition stored by an earlier version that this one refuses (a check added or
-        # tightened since): its driver refuses it at every start too, so this is permanent,
-        # whatever the policy it names; it waits for an edit. (Raising here would roll the
-        # tick back and leave the run unrecorded at every tick.)
-        permanent = True
-        decision = restarts.decide(NoRestart(), [this], now)
-        reason = redact(
-            f"gave up: the stored definition no longer validates ({exc}); edit the pipeline"
-            " (permanent: restarting cannot fix it)"
-        )
-    Failure.objects.create(
-        pipeline=pipeline,
-        run=run,
-        at=now,
-        cause=cause,
-        message=redact(error),
-        reason=redact(said.line),
-        category=said.category,
-        permanent=permanent,
-        run_started_at=run.started_at,
-        decision=reason,
-        restart_at=decision.restart_at,
-    )
-    transition(
-        pipeline,
-        Observation.FAILED_RESTART if decision.restart else Observation.FAILED_GIVE_UP,
-        if_generation=run.generation,
-        next_attempt_at=decision.restart_at if decision.restart else None,
-        attempt=decision.attempt,
-    )
-    log.warning("pipeline %s: run %s %s: %s", pipeline.name, run.generation, cause, reason)

@@ -13,7 +13,8 @@ from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from controlplane.definitions.models import Run, RunState, SparkApplication
-from controlplane.supervision import applications, launcher, reconciler
+from controlplane.supervision import applications, endings, launcher
+from controlplane.supervision.causes import EndCause
 
 
 class Command(BaseCommand):
@@ -45,11 +46,11 @@ class Command(BaseCommand):
             if run.application_id is None and launcher.alive(run):
                 launcher.kill(run)
             report = launcher.exit_report(run) or {}
-            reconciler.finish(
+            endings.finish(
                 run,
                 timezone.now(),
                 exit_code=report.get("exit_code"),
-                cause="stopped",
+                cause=EndCause.STOPPED,
                 error=report.get("error_tail", ""),
             )
         for app in apps:
