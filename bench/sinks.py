@@ -25,7 +25,7 @@ kafka_at_least_once.
 Files, in two parts (the same parsed columns; Parquet, Spark's default format):
 
   files_rolling   the real pipeline (sink kind files): each batch staged, rolled into
-                  finished files by size by the driver's rolling thread (jobs.sinks.files)
+                  finished files by size by the driver's rolling thread (jobs.sinks.files.store)
   files_plain     Spark's own file sink (format "parquet", a file per task per batch)
 
 1. Throughput: each path drains the same topic as above (availableNow), rounds alternating,
@@ -70,15 +70,12 @@ from bench.throughput import (  # noqa: E402
     timed_drain,
 )
 from jobs import jvm  # noqa: E402
+from jobs.batch import Batch  # noqa: E402
 from jobs.loadgen import produce  # noqa: E402
-from jobs.pipeline import (  # noqa: E402
-    KafkaBatchWriter,
-    RunConfig,
-    parsed_frame,
-    source_frame,
-    start_query,
-)
-from jobs.sinks.kafka import KEY, VALUE  # noqa: E402
+from jobs.pipeline import start_query  # noqa: E402
+from jobs.runconfig import RunConfig  # noqa: E402
+from jobs.sinks.kafka.client import KEY, VALUE  # noqa: E402
+from jobs.source import parsed_frame, source_frame  # noqa: E402
 
 TARGETS = {"kafka_exactly_once_to_at_least_once": 0.7, "files_rolling_to_plain": 0.8}
 # files_rolling's median finished file / the target size: within 20%.
@@ -120,7 +117,7 @@ def exactly_once(spark, config: RunConfig) -> dict:
 
 def at_least_once(spark, config: RunConfig, bootstrap: str) -> dict:
     """The same records (the writer's own key and value columns) through Spark's Kafka sink."""
-    writer = KafkaBatchWriter(config)
+    writer = Batch(config)
     frame = parsed_frame(source_frame(spark, config), config.spec).select(
         *writer.one_pass_columns()
     )
@@ -138,8 +135,8 @@ def at_least_once(spark, config: RunConfig, bootstrap: str) -> dict:
     return timed_drain(query)
 
 
-def writer_columns(writer: KafkaBatchWriter, frame) -> list:
-    from jobs.sinks.kafka import RecordColumns
+def writer_columns(writer: Batch, frame) -> list:
+    from jobs.sinks.kafka.client import RecordColumns
 
     return RecordColumns(writer.sink).columns(frame, writer.columns)[:2]
 
@@ -191,11 +188,11 @@ def files_config(
 
 
 def rolling_sink(spark, config: RunConfig):
-    from jobs.pipeline import stream_id
-    from jobs.sinks import files
+    from jobs.batch import stream_id
+    from jobs.sinks.files import store as files
 
     root = config.sink_configs[0]["files"]["root"]
-    return files.FileSink(
+    return files.FilesStore(
         spark,
         files.base_uri(root, config.spec.sink.path),
         config.spec.sink,
@@ -218,7 +215,7 @@ def plain_query(spark, config: RunConfig, out: Path, *, partition_by=(), trigger
     """Spark's own Parquet file sink on the parsed columns the pipeline writes."""
     from pyspark.sql import functions as F
 
-    from jobs.pipeline import PARSED
+    from jobs.source import PARSED
     from jobs.spec.ddl import parse_schema
 
     columns = [f.name for f in parse_schema(config.spec.source.schema).fields]

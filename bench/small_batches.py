@@ -51,7 +51,8 @@ from throughput import config_for as throughput_config  # noqa: E402
 
 from jobs import jvm  # noqa: E402
 from jobs.loadgen import produce  # noqa: E402
-from jobs.pipeline import RunConfig, start_query  # noqa: E402
+from jobs.pipeline import start_query  # noqa: E402
+from jobs.runconfig import RunConfig  # noqa: E402
 
 TARGET_MS = 150
 PATHS = {

@@ -57,9 +57,10 @@ sys.path.insert(0, str(ROOT))
 from bench.throughput import bench_config, bench_session, delete_topics, machine  # noqa: E402
 from jobs import jvm  # noqa: E402
 from jobs.checkpoints import tree_size  # noqa: E402
-from jobs.pipeline import source_reads, start_query  # noqa: E402
+from jobs.pipeline import start_query  # noqa: E402
 from jobs.reporting import per_read  # noqa: E402
 from jobs.spec import parse_spec  # noqa: E402
+from jobs.stateful import source_reads  # noqa: E402
 
 STORES = ("hdfs", "rocksdb")
 CURRENT_VERSION_SIZE = "stateOnCurrentVersionSizeBytes"  # the default store's, in memory

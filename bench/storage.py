@@ -100,19 +100,13 @@ from bench.throughput import (  # noqa: E402
 from jobs import checkpoints as checkpoint_files  # noqa: E402
 from jobs import hadoop, jvm  # noqa: E402
 from jobs import loadgen as loadgen_module  # noqa: E402
+from jobs.batch import stream_id  # noqa: E402
 from jobs.checkpoints import tree_size  # noqa: E402
-from jobs.pipeline import (  # noqa: E402
-    CHANGELOG_CONF,
-    PARSED,
-    STATE_STORE_CONF,
-    STATE_STORE_PROVIDERS,
-    RunConfig,
-    parsed_frame,
-    source_frame,
-    start_query,
-    stream_id,
-)
+from jobs.pipeline import start_query  # noqa: E402
+from jobs.runconfig import RunConfig  # noqa: E402
+from jobs.source import PARSED, parsed_frame, source_frame  # noqa: E402
 from jobs.spec import parse_spec  # noqa: E402
+from jobs.stateful import CHANGELOG_CONF, STATE_STORE_CONF, STATE_STORE_PROVIDERS  # noqa: E402
 from jobs.storage import StorageSettings, join, parent, storage_for  # noqa: E402
 
 STORES = ("local", "hdfs", "s3a")
@@ -539,17 +533,17 @@ def files_config(spec: dict, root: str, bootstrap: str, work: Path) -> RunConfig
 
 
 def file_sink_of(session, config: RunConfig):
-    from jobs.sinks import files
+    from jobs.sinks.files import store as files
 
     base = files.base_uri(config.sink_configs[0]["files"]["root"], config.spec.sink.path)
     query = stream_id(config.checkpoint, config.store)
-    return files.FileSink(session, base, config.spec.sink, query)
+    return files.FilesStore(session, base, config.spec.sink, query)
 
 
 def ours(session, config: RunConfig) -> dict:
     """The pipeline's drain, then its rolling thread stopped (a roll under way finished) and
     the roll of what is left: every row in a finished file."""
-    from jobs.sinks import files
+    from jobs.sinks.files import store as files
 
     figures = timed_drain(start_query(session, config, available_now=True))
     started = time.perf_counter()
@@ -692,7 +686,7 @@ def files_on_hdfs(spark, args, roots, bootstrap, work: Path, suffix, cleanup) ->
 def files_over_time(session, args, roots, bootstrap, work, suffix, cleanup) -> dict:
     """Both sinks side by side on HDFS at a 1 s trigger for args.minutes, fed at args.rate."""
     from jobs.loadgen import ensure_topic
-    from jobs.sinks import files
+    from jobs.sinks.files import store as files
 
     topic = f"bench-storage-files-time-{suffix}"
     cleanup["topics"].append(topic)

@@ -62,16 +62,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from jobs import jvm  # noqa: E402
+from jobs.batch import Batch, for_jvm  # noqa: E402
 from jobs.loadgen import produce  # noqa: E402
-from jobs.pipeline import (  # noqa: E402
-    BatchWriter,
-    RunConfig,
-    for_jvm,
+from jobs.pipeline import start_query  # noqa: E402
+from jobs.runconfig import RunConfig  # noqa: E402
+from jobs.source import (  # noqa: E402
     kafka_connector_loaded,
     parsed_frame,
     register_sources,
     source_frame,
-    start_query,
 )
 from jobs.spec import parse_spec  # noqa: E402
 
@@ -81,7 +80,8 @@ SCHEMA = (
 )
 # For the Postgres path with a transform: a filter, no shuffle, so the JVM writer writes the
 # transform's output in one pass over Kafka, counting the unparsed records on the way
-# (jobs.pipeline.BatchWriter._observed_pass); the topic holds none, so nothing is read twice.
+# (jobs.sinks.postgres.writer.Writer._observed_pass); the topic holds none, so nothing is
+# read twice.
 TRANSFORM = (
     "SELECT delivery_id, courier_id, status, lat, lon, event_time FROM source WHERE lat IS NOT NULL"
 )
@@ -439,7 +439,7 @@ def noop_pipeline(spark, config: RunConfig, drain=timed_drain):
     query instead (parse, filter the corrupt records, select), Spark's optimiser evaluates
     from_json once per reference, parsing every record two or three times, and the no-op
     figure would flatter the sink."""
-    writer = BatchWriter(config)
+    writer = Batch(config)
 
     def to_noop(batch, batch_id: int) -> None:
         _, frame = writer.output(batch, batch_id)
@@ -560,13 +560,13 @@ def read_values(bootstrap: str, topic: str, partitions: int, expected: int) -> l
 
 def copy_rows(values: list[bytes], sink_dsn: str, table: str, parts: int) -> list[bytes]:
     """The records as the pipeline writes them (its target table's columns and types),
-    encoded as binary COPY data by jobs.sinks.pgbinary, in `parts` slices (each with its
+    encoded as binary COPY data by jobs.sinks.postgres.pgbinary, in `parts` slices (each with its
     header and trailer)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.json as pajson
 
-    from jobs.sinks import pgbinary
+    from jobs.sinks.postgres import pgbinary
 
     schema = pa.schema(
         [
@@ -610,11 +610,11 @@ def _connect(dsn: str):
 
 def copy_table(sink_dsn: str) -> str:
     """A new table like the pipeline's target (the sink's DDL for the bench's schema)."""
-    from jobs.sinks.postgres import Column, PostgresSink
+    from jobs.sinks.postgres.store import Column, PostgresStore
     from jobs.spec.ddl import parse_schema, simple_string
 
     table = f"bench_copy_{uuid.uuid4().hex[:8]}"
-    sink = PostgresSink({"conninfo": sink_dsn}, pipeline="bench-copy", table=table)
+    sink = PostgresStore({"conninfo": sink_dsn}, pipeline="bench-copy", table=table)
     sink.ensure_tables([Column(f.name, simple_string(f.type)) for f in parse_schema(SCHEMA).fields])
     return table
 

@@ -182,6 +182,27 @@ def source_start_offsets(root: str | os.PathLike, store: Storage | None = None) 
         return {}
 
 
+def batch_position(root: str | os.PathLike, batch_id: int, store: Storage | None = None) -> int:
+    """Where batch `batch_id` ends in its source, as one number that grows from batch to
+    batch and is the same at every replay of it: the sum of its end offsets over the source's
+    partitions (Spark writes them into the offset log before the batch runs, and a replay
+    reads them back), plus its id (a batch with no new records, a stateful pipeline's
+    watermark-only batch, still comes after the one before). Raises FileNotFoundError if the
+    batch is not in the offset log, ValueError if its entry does not parse."""
+    root = os.fspath(root)
+    store = store or storage_for(root)
+    lines = store.read_text(join(root, "offsets", str(batch_id))).splitlines()
+    if len(lines) < 3 or lines[2] in ("-", ""):
+        raise ValueError(f"offset log entry {batch_id} has no source offsets")
+    offsets = json.loads(lines[2])
+    total = 0
+    for topic, partitions in offsets.items():
+        if topic.startswith("$") or not isinstance(partitions, dict):
+            continue  # the Python reader's bookkeeping
+        total += sum(int(v) for v in partitions.values() if int(v) >= 0)
+    return total + batch_id
+
+
 def _batch(
     store: Storage, n: int, offsets_file: Entry, commit_file: Entry | None
 ) -> CheckpointBatch:

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
+from .connection_kind import ConnectionKind
 from .kafka.names import internal_problem, is_internal
+from .sinks.cassandra.connection import KIND as CASSANDRA
 from .spec.validate import FieldError, Section, SpecError
 
 log = logging.getLogger("jobs.connections")
-
-KINDS = ("kafka", "postgres", "files")
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -43,7 +43,6 @@ FILES_SETTINGS = {"root"}
 # Where a files connection's root may be: the local file system, or what Hadoop's FileSystem
 # reaches with the cluster's own configuration (credentials are never part of a root).
 FILES_SCHEMES = ("file", "hdfs", "viewfs", "s3a", "abfs", "abfss", "gs", "wasbs")
-SECRET_FIELDS = {"kafka": KAFKA_SECRETS, "postgres": POSTGRES_SECRETS, "files": set()}
 
 _HOST_PORT_RE = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
 _HOST_RE = re.compile(r"^([0-9a-fA-F:]+|[A-Za-z0-9._-]+)$")
@@ -64,20 +63,15 @@ def validate_connection(
     """
     policy = policy or ConnectionPolicy()
     errors: list[FieldError] = []
-    if kind not in KINDS:
+    if kind not in CONNECTION_KINDS:
         raise SpecError([FieldError("kind", f"must be one of {', '.join(KINDS)}; got {kind!r}")])
-    if kind == "kafka":
-        clean, clean_secrets = _kafka(errors, settings, secrets, policy)
-    elif kind == "files":
-        clean, clean_secrets = _files(errors, settings, secrets, policy)
-    else:
-        clean, clean_secrets = _postgres(errors, settings, secrets, policy)
+    clean, clean_secrets = CONNECTION_KINDS[kind].validate(errors, settings, secrets, policy)
     if errors:
         raise SpecError(errors)
     return clean, clean_secrets
 
 
-def _secrets(errors: list[FieldError], data: Any, allowed: set[str]) -> dict[str, str]:
+def secrets_section(errors: list[FieldError], data: Any, allowed: set[str]) -> dict[str, str]:
     s = Section(errors, "secrets", data if data is not None else {}, allowed)
     out = {}
     for name in sorted(allowed):
@@ -126,7 +120,7 @@ def _kafka(errors: list[FieldError], data: Any, secrets: Any, policy: Connection
     check_hostname = s.boolean("ssl_check_hostname", None)
     if check_hostname is not None:
         clean["ssl_check_hostname"] = check_hostname
-    clean_secrets = _secrets(errors, secrets, KAFKA_SECRETS)
+    clean_secrets = secrets_section(errors, secrets, KAFKA_SECRETS)
     if protocol and protocol.startswith("SASL"):
         if mechanism is None:
             s.error("sasl_mechanism", f"is required with security_protocol {protocol}")
@@ -186,7 +180,7 @@ class ConnectionPolicy:
 
 def _postgres(errors: list[FieldError], data: Any, secrets: Any, policy: ConnectionPolicy):
     s = Section(errors, "settings", data, POSTGRES_SETTINGS)
-    clean_secrets = _secrets(errors, secrets, POSTGRES_SECRETS)
+    clean_secrets = secrets_section(errors, secrets, POSTGRES_SECRETS)
     dsn = s.string("dsn")
     if dsn is None:
         return {}, clean_secrets
@@ -295,7 +289,7 @@ MAX_ROOT_LENGTH = 1024
 
 def _files(errors: list[FieldError], data: Any, secrets: Any, policy: ConnectionPolicy):
     s = Section(errors, "settings", data, FILES_SETTINGS)
-    clean_secrets = _secrets(errors, secrets, set())
+    clean_secrets = secrets_section(errors, secrets, set())
     root = s.string("root")
     if root is None:
         return {}, clean_secrets
@@ -468,3 +462,71 @@ def kafka_client_config(settings: Mapping[str, Any], secrets: Mapping[str, str])
     if secrets.get("ssl_password"):
         config["ssl_password"] = secrets["ssl_password"]
     return config
+
+
+# -- the kinds of connection -----------------------------------------------------------------
+
+# What identifies the far end of a connection: a change to any of these is a new endpoint,
+# and the stored secrets are dropped (they belong to the old one).
+KAFKA_ENDPOINT = (
+    "bootstrap_servers",
+    "security_protocol",
+    "sasl_mechanism",
+    "sasl_username",
+    "ssl_cafile",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_check_hostname",
+)
+POSTGRES_ENDPOINT = ("host", "port", "dbname", "user", "sslmode", "sslrootcert")
+
+
+def _frozen(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _kafka_endpoint(settings: Mapping[str, Any], policy: ConnectionPolicy) -> tuple:
+    return tuple(_frozen(settings.get(name)) for name in KAFKA_ENDPOINT)
+
+
+def _postgres_endpoint(settings: Mapping[str, Any], policy: ConnectionPolicy) -> tuple:
+    try:
+        params = parse_postgres_dsn(settings.get("dsn") or "", policy)
+    except ValueError:
+        return ("unparsable", settings.get("dsn"))
+    return tuple(params.get(name) for name in POSTGRES_ENDPOINT)
+
+
+CONNECTION_KINDS: dict[str, ConnectionKind] = {
+    k.name: k
+    for k in (
+        ConnectionKind(
+            "kafka",
+            frozenset(KAFKA_SETTINGS),
+            frozenset(KAFKA_SECRETS),
+            _kafka,
+            _kafka_endpoint,
+            lambda settings: ", ".join(settings.get("bootstrap_servers") or []),
+        ),
+        ConnectionKind(
+            "postgres",
+            frozenset(POSTGRES_SETTINGS),
+            frozenset(POSTGRES_SECRETS),
+            _postgres,
+            _postgres_endpoint,
+            lambda settings: settings.get("dsn") or "",
+        ),
+        ConnectionKind(
+            "files",
+            frozenset(FILES_SETTINGS),
+            frozenset(),
+            _files,
+            lambda settings, policy: (settings.get("root"),),
+            lambda settings: settings.get("root") or "",
+            holds_directories=True,
+        ),
+        CASSANDRA,
+    )
+}
+KINDS = tuple(CONNECTION_KINDS)
+SECRET_FIELDS = {k.name: set(k.secrets) for k in CONNECTION_KINDS.values()}

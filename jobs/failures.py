@@ -148,6 +148,7 @@ DATA_LOSS = "data loss (fail_on_data_loss is true)"
 CREDENTIALS = "bad credentials"
 PRIVILEGES = "missing privileges"
 NO_TOPIC = "a topic that does not exist"
+CASSANDRA_DEFINITION = "a definition error (Cassandra refuses the write)"
 
 # Spark error conditions (CLASS or CLASS.SUBCLASS; a name ending in "_" is a prefix): the
 # permanent kind in words, and the category.
@@ -251,6 +252,29 @@ _JAVA_CLASSES: dict[str, tuple[str | None, str]] = {
     "java.net.ConnectException": (None, CONNECTION_LOST),
     "java.net.SocketTimeoutException": (None, CONNECTION_LOST),
     "java.net.UnknownHostException": (None, CONNECTION_LOST),
+    # The cassandra sink's writer (controlplane.spark.CassandraWriter) and its Java driver.
+    "controlplane.spark.CassandraWriter$DefinitionException": (CASSANDRA_DEFINITION, DEFINITION),
+    "controlplane.spark.CassandraWriter$RetriesExhaustedException": (None, CONNECTION_LOST),
+    "com.datastax.oss.driver.api.core.auth.AuthenticationException": (
+        CREDENTIALS,
+        AUTHENTICATION,
+    ),
+    "com.datastax.oss.driver.api.core.servererrors.UnauthorizedException": (
+        PRIVILEGES,
+        AUTHORIZATION,
+    ),
+    "com.datastax.oss.driver.api.core.servererrors.InvalidQueryException": (
+        CASSANDRA_DEFINITION,
+        DEFINITION,
+    ),
+    "com.datastax.oss.driver.api.core.servererrors.SyntaxError": (CASSANDRA_DEFINITION, DEFINITION),
+    "com.datastax.oss.driver.api.core.AllNodesFailedException": (None, CONNECTION_LOST),
+    "com.datastax.oss.driver.api.core.NoNodeAvailableException": (None, CONNECTION_LOST),
+    "com.datastax.oss.driver.api.core.DriverTimeoutException": (None, CONNECTION_LOST),
+    "com.datastax.oss.driver.api.core.servererrors.QueryExecutionException": (
+        None,
+        CONNECTION_LOST,
+    ),
 }
 _PY4J_PROXY_ERROR = "py4j.Py4JException"  # a Python callback's (foreachBatch's) exception
 
@@ -378,9 +402,25 @@ def _of_class(cls: type) -> _Judged | None:
         return None
     if top == "kafka":
         return _of_kafka_python(cls)
+    if top == "cassandra":
+        return _of_cassandra_python(cls)
     if issubclass(cls, MemoryError):
         return None, OUT_OF_MEMORY
     if issubclass(cls, (ConnectionError, TimeoutError)):
+        return None, CONNECTION_LOST
+    return None
+
+
+def _of_cassandra_python(cls: type) -> _Judged | None:
+    """cassandra-driver's exceptions (the cassandra sink's driver side: its table's checks)."""
+    names = {c.__name__ for c in cls.__mro__}
+    if "AuthenticationFailed" in names:
+        return CREDENTIALS, AUTHENTICATION
+    if "Unauthorized" in names:
+        return PRIVILEGES, AUTHORIZATION
+    if names & {"InvalidRequest", "SyntaxException", "ConfigurationException"}:
+        return CASSANDRA_DEFINITION, DEFINITION
+    if names & {"NoHostAvailable", "OperationTimedOut", "Unavailable", "WriteTimeout"}:
         return None, CONNECTION_LOST
     return None
 

@@ -38,9 +38,9 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
 from jobs import hadoop  # noqa: E402
-from jobs.pipeline import RunConfig  # noqa: E402
 from jobs.reporting import SharedChannel  # noqa: E402
 from jobs.run import STOP_FILE, judge, serve  # noqa: E402
+from jobs.runconfig import RunConfig  # noqa: E402
 from jobs.supervise import send_exit_report, write_json  # noqa: E402
 
 log = logging.getLogger("jobs.host")

@@ -6,13 +6,15 @@
 
 `build` runs `mvn package` in jobs/java (jobs/java/pom.xml pins every version), which puts
 every jar a driver adds to `spark.jars` in jobs/java/build/jars/: controlplane-spark.jar (the
-Postgres sink's direct writer, jobs/java/src/main/java/controlplane/spark/PgCopyWriter.java,
-which runs in the executors' JVM), the Postgres JDBC driver, and Spark's Kafka connector with
-the jars it needs besides pyspark's own; and controlplane-spark-hadoop.jar, which goes on the
-driver's class path (Hadoop's local file system without a child process per file). The code
-is compiled against the jars pip's pyspark ships, so nothing of Spark is downloaded. Maven
-fetches the rest from Maven Central into ~/.m2 once; later builds run offline. Without the
-jars, jobs still run: the sink uses its Python writer (slower, the same guarantees).
+sinks' writers that run in the executors' JVM: the Postgres sink's direct writer,
+jobs/java/src/main/java/controlplane/spark/PgCopyWriter.java, and the Cassandra sink's,
+CassandraWriter.java, with the Apache Cassandra Java driver shaded into the jar), the Postgres
+JDBC driver, and Spark's Kafka connector with the jars it needs besides pyspark's own; and
+controlplane-spark-hadoop.jar, which goes on the driver's class path (Hadoop's local file
+system without a child process per file). The code is compiled against the jars pip's
+pyspark ships, so nothing of Spark is downloaded. Maven fetches the rest from Maven Central
+into ~/.m2 once; later builds run offline. Without the jars, jobs still run: the sink uses its
+Python writer (slower, the same guarantees).
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ BUILD = SOURCES / "build"
 JARS = BUILD / "jars"
 JAR = JARS / "controlplane-spark.jar"
 WRITER_CLASS = "controlplane.spark.PgCopyWriter"
+# The Cassandra sink's writer: CassandraWriter.write(frame._jdf, config_json) -> long[]
+# {rows written, statements executed}; failures name CassandraWriter$DefinitionException
+# (permanent) or CassandraWriter$RetriesExhaustedException (transient past retry_seconds).
+CASSANDRA_WRITER_CLASS = "controlplane.spark.CassandraWriter"
 # Hadoop's `file:` file system that sets permissions in the JVM (the stock one runs `chmod`
 # in a child process for each file it creates: two per batch for a streaming checkpoint).
 HADOOP_JAR = JARS / "controlplane-spark-hadoop.jar"

@@ -27,9 +27,11 @@ sys.path.insert(0, str(_HERE.parent))
 
 from jobs import failures, hadoop  # noqa: E402
 from jobs.kafka import group_commit  # noqa: E402
-from jobs.pipeline import RunConfig, source_reads, start_query  # noqa: E402
+from jobs.pipeline import start_query  # noqa: E402
 from jobs.reporting import ProgressPoller, Reporter, SharedChannel  # noqa: E402
-from jobs.sinks import files  # noqa: E402
+from jobs.runconfig import RunConfig  # noqa: E402
+from jobs.sinks.files import store as files  # noqa: E402
+from jobs.stateful import source_reads  # noqa: E402
 from jobs.supervise import write_json  # noqa: E402
 
 log = logging.getLogger("jobs.run")

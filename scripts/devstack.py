@@ -1,12 +1,12 @@
 """Starts and stops the development stack: PostgreSQL, Redis and Apache Kafka under var/, then
-the control plane itself; HDFS and an S3-compatible store (S3Proxy) for `./stack hdfs`, `./stack
-s3` and the tests. Called by ./stack (which has already installed packages, the venv and the
-servers' jars).
+the control plane itself; HDFS, an S3-compatible store (S3Proxy) and Apache Cassandra for
+`./stack hdfs`, `./stack s3`, `./stack cassandra` and the tests. Called by ./stack (which has
+already installed packages, the venv and the servers' jars).
 
 Each service is reused when it is already running (started by another ./stack), started
 otherwise, and stopped on exit only by the invocation that started it. Services named in the
 environment (DATABASE_URL, CELERY_BROKER_URL, KAFKA_BOOTSTRAP_SERVERS, CONTROLPLANE_HDFS_URL,
-CONTROLPLANE_S3_ENDPOINT) are not started at all.
+CONTROLPLANE_S3_ENDPOINT, CONTROLPLANE_CASSANDRA_HOSTS) are not started at all.
 """
 
 from __future__ import annotations
@@ -1422,6 +1422,304 @@ class S3Proxy(Service):
         )
 
 
+# --- Apache Cassandra (optional: ./stack cassandra; started by ./stack test) ---------------
+
+
+CASSANDRA_PORT = int(os.environ.get("CONTROLPLANE_CASSANDRA_PORT", "59042"))
+CASSANDRA_STORAGE_PORT = int(os.environ.get("CONTROLPLANE_CASSANDRA_STORAGE_PORT", "57000"))
+CASSANDRA_HEAP_OPTS = os.environ.get("CONTROLPLANE_CASSANDRA_HEAP_OPTS", "-Xms256m -Xmx256m")
+# SimpleSnitch puts the one node in this data centre (and rack1).
+CASSANDRA_DC = "datacenter1"
+# Cassandra's own default superuser, made by the node itself on first start. Kept on purpose: a
+# development node on loopback, and the name and password every Cassandra user knows; clients
+# must still authenticate (PasswordAuthenticator), so a wrong password is refused as on a real
+# cluster. `./stack cassandra` exports them as CONTROLPLANE_CASSANDRA_USER/_PASSWORD.
+CASSANDRA_USER = "cassandra"
+CASSANDRA_PASSWORD = "cassandra"  # noqa: S105 - see above
+# The JPMS part of Cassandra 5.0's conf/jvm17-server.options (the jar ships no conf/): without
+# these it stops at start-up, unable to reach the JDK's internals.
+CASSANDRA_JVM17_OPTIONS = (
+    "-Djdk.attach.allowAttachSelf=true",
+    "--add-exports", "java.base/jdk.internal.misc=ALL-UNNAMED",
+    "--add-exports", "java.management.rmi/com.sun.jmx.remote.internal.rmi=ALL-UNNAMED",
+    "--add-exports", "java.rmi/sun.rmi.registry=ALL-UNNAMED",
+    "--add-exports", "java.rmi/sun.rmi.server=ALL-UNNAMED",
+    "--add-exports", "java.sql/java.sql=ALL-UNNAMED",
+    "--add-exports", "java.base/java.lang.ref=ALL-UNNAMED",
+    "--add-exports", "jdk.unsupported/sun.misc=ALL-UNNAMED",
+    "--add-exports", "jdk.compiler/com.sun.tools.javac.file=ALL-UNNAMED",
+    "--add-exports", "jdk.attach/sun.tools.attach=ALL-UNNAMED",
+    "--add-opens", "java.base/java.lang.module=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.loader=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.ref=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.reflect=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.math=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.module=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.util.jar=ALL-UNNAMED",
+    "--add-opens", "jdk.management/com.sun.management.internal=ALL-UNNAMED",
+    "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens", "java.base/java.io=ALL-UNNAMED",
+    "--add-opens", "java.base/java.lang.reflect=ALL-UNNAMED",
+    "--add-opens", "jdk.compiler/com.sun.tools.javac=ALL-UNNAMED",
+    "--add-opens", "java.base/java.lang=ALL-UNNAMED",
+    "--add-opens", "java.base/java.util=ALL-UNNAMED",
+    "--add-opens", "java.base/java.nio=ALL-UNNAMED",
+    # Netty's options from the same file.
+    "-Dio.netty.tryReflectionSetAccessible=true",
+    "-Dio.netty.allocator.useCacheForAllThreads=true",
+    "-Dio.netty.allocator.maxOrder=11",
+)  # fmt: skip
+
+
+class Cassandra(Service):
+    """One Apache Cassandra 5.0 node (`CassandraDaemon` in the foreground, detached), from
+    Maven Central's jars copied by ./stack into var/cassandra/libs (scripts/cassandra/pom.xml
+    pins them), with jamm (among them) as its Java agent and the Java 17 options of Cassandra's
+    own jvm17-server.options. The jar ships no configuration: cassandra.yaml and logback.xml
+    are written on every start. On loopback only, its own ports (none of Cassandra's defaults:
+    CQL on 59042, the storage port on 57000, no JMX at all), one token, SimpleSnitch (data
+    centre `datacenter1`), small caches and memtables; data, commit log, saved caches and hints
+    under var/cassandra, kept across restarts. Clients authenticate (PasswordAuthenticator,
+    CassandraAuthorizer) as Cassandra's default superuser, cassandra/cassandra.
+
+    Measured on this 2-core machine (2026-11-28, OpenJDK 17, -Xms256m -Xmx256m), to CQL
+    answering as the superuser: first start (empty var/cassandra) 5.0 s alone, 12.2 s cold
+    beside HDFS and S3Proxy (HDFS, 12.8 s, is still the slowest); a restart 4.6-4.8 s; RSS
+    ~640 MiB once up, ~690 MiB after a few tests (~250 of it the heap); stopping (SIGTERM: the
+    node drains, flushing its memtables) 2.6-4.6 s. A first start without
+    -Dcassandra.superuser_setup_delay_ms=0 took 16.3 s: the node makes its default superuser
+    only 10 s after it is up."""
+
+    def __init__(
+        self,
+        *,
+        var: Path | None = None,
+        libs: Path | None = None,
+        port: int = CASSANDRA_PORT,
+        storage_port: int = CASSANDRA_STORAGE_PORT,
+        heap_opts: str = CASSANDRA_HEAP_OPTS,
+    ) -> None:
+        super().__init__("cassandra")
+        var = var or VAR
+        self.dir = var / "cassandra"
+        self.conf = self.dir / "conf"
+        self.config = self.conf / "cassandra.yaml"
+        self.log_config = self.conf / "logback.xml"
+        self.pidfile = self.dir / "cassandra.pid"
+        self.logfile = var / "log" / "cassandra.log"
+        # The JVM's own output (start-up failures, crashes); Cassandra logs to cassandra.log.
+        self.outfile = var / "log" / "cassandra.out"
+        # The jars are the checkout's (./stack copies them there), whatever `var` a test uses.
+        self.libs = libs or VAR / "cassandra" / "libs"
+        self.port, self.storage_port = port, storage_port
+        self.heap_opts = heap_opts
+        self.hosts = f"127.0.0.1:{port}"
+        self.timings: dict[str, float] = {}
+        self.env = {
+            "CONTROLPLANE_CASSANDRA_HOSTS": self.hosts,
+            "CONTROLPLANE_CASSANDRA_DC": CASSANDRA_DC,
+            "CONTROLPLANE_CASSANDRA_USER": CASSANDRA_USER,
+            "CONTROLPLANE_CASSANDRA_PASSWORD": CASSANDRA_PASSWORD,
+        }
+
+    def cluster(self, user: str = CASSANDRA_USER, password: str = CASSANDRA_PASSWORD):
+        """A cassandra-driver Cluster of the node (not yet connected; shut it down after)."""
+        import logging
+
+        from cassandra.auth import PlainTextAuthProvider
+        from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+        from cassandra.policies import DCAwareRoundRobinPolicy
+
+        # The driver logs each refused connection (the node starting, the superuser not yet
+        # made); here the exception says enough.
+        logging.getLogger("cassandra").addHandler(logging.NullHandler())
+        profile = ExecutionProfile(
+            load_balancing_policy=DCAwareRoundRobinPolicy(local_dc=CASSANDRA_DC),
+            request_timeout=10,
+        )
+        return Cluster(
+            [("127.0.0.1", self.port)],
+            auth_provider=PlainTextAuthProvider(user, password),
+            execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+            connect_timeout=3,
+            control_connection_timeout=3,
+        )
+
+    def release_version(self) -> str:
+        """Cassandra's version, read over CQL as the superuser (raises if it does not answer)."""
+        cluster = self.cluster()
+        try:
+            session = cluster.connect()
+            return session.execute("SELECT release_version FROM system.local").one()[0]
+        finally:
+            cluster.shutdown()
+
+    def pid(self) -> int | None:
+        return read_pid(self.pidfile)
+
+    def running(self) -> bool:
+        return self.pid() is not None and port_open(self.port)
+
+    def stoppable(self) -> bool:
+        return self.pid() is not None
+
+    def start(self) -> None:
+        if self.running():
+            log(f"Cassandra already running on {self.hosts}")
+            # Started by another ./stack a moment ago, it may not answer yet.
+            wait_for("Cassandra", lambda: bool(self.release_version()), 120, self.logfile)
+            return
+        for port, variable in (
+            (self.port, "CONTROLPLANE_CASSANDRA_PORT"),
+            (self.storage_port, "CONTROLPLANE_CASSANDRA_STORAGE_PORT"),
+        ):
+            if port_open(port):
+                raise StackError(
+                    f"port {port} is taken by another program: set {variable}, or "
+                    "CONTROLPLANE_CASSANDRA_HOSTS (and its credentials) to use an existing "
+                    "Cassandra"
+                )
+        jamm = sorted(self.libs.glob("jamm-*.jar"))
+        if not self.libs.joinpath(".installed").exists() or not jamm:
+            raise StackError(
+                f"Cassandra's jars are not in {self.libs}: run ./stack, which copies them"
+            )
+        first = not (self.dir / "data" / "system").exists()
+        self._write_config()
+        log(f"starting Cassandra on {self.hosts} (data in {self.dir})")
+        proc = spawn_detached(
+            [*self._java(jamm[-1]), "org.apache.cassandra.service.CassandraDaemon"],
+            self.outfile,
+            self.pidfile,
+            self.dir,
+        )
+        self.started_here = True
+        seconds = wait_started(
+            "Cassandra",
+            proc,
+            lambda: port_open(self.port) and bool(self.release_version()),
+            180,
+            f"{self.logfile} and {self.outfile}",
+        )
+        self.timings["first start" if first else "start"] = seconds
+        log(f"Cassandra ready in {seconds:.1f} s: {self.hosts}, data centre {CASSANDRA_DC}")
+
+    def stop(self) -> None:
+        pid = self.pid()
+        if pid:
+            log("stopping Cassandra")
+            # SIGTERM: its shutdown hook drains the node (flushes memtables): 7-10 s.
+            terminate(pid, timeout=60)
+
+    def _java(self, jamm: Path) -> list[str]:
+        return [
+            shutil.which("java") or "java",
+            *self.heap_opts.split(),
+            "-XX:+UseG1GC",
+            "-XX:+ParallelRefProcEnabled",
+            "-XX:MaxTenuringThreshold=1",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Xss256k",
+            "-Djava.net.preferIPv4Stack=true",
+            f"-javaagent:{jamm}",
+            *CASSANDRA_JVM17_OPTIONS,
+            f"-Dcassandra.config={self.config.as_uri()}",
+            f"-Dcassandra.storagedir={self.dir}",
+            f"-Dcassandra.logdir={self.logfile.parent}",
+            f"-Dlogback.configurationFile={self.log_config}",
+            # Its output stays open (to cassandra.out): without this it closes stdout/stderr.
+            "-Dcassandra-foreground=yes",
+            # One node: no peers to wait for at start, none to tell at shutdown (2 s each).
+            "-Dcassandra.skip_wait_for_gossip_to_settle=0",
+            "-Dcassandra.shutdown_announce_in_ms=0",
+            # The default superuser made at once on first start, not 10 s later.
+            "-Dcassandra.superuser_setup_delay_ms=0",
+            # Where Cassandra looks for trigger jars (none; it warns at start if it is missing).
+            f"-Dcassandra.triggers_dir={self.dir / 'triggers'}",
+            "-Dchronicle.announcer.disable=true",
+            "-cp",
+            f"{self.libs}/*",
+        ]
+
+    def _write_config(self) -> None:
+        """Written on every start (ports, directories)."""
+        self.conf.mkdir(parents=True, exist_ok=True)
+        self.dir.joinpath("triggers").mkdir(exist_ok=True)
+        self.logfile.parent.mkdir(parents=True, exist_ok=True)
+        settings = {
+            "cluster_name": "controlplane-dev",
+            "num_tokens": 1,
+            "partitioner": "org.apache.cassandra.dht.Murmur3Partitioner",
+            "endpoint_snitch": "SimpleSnitch",
+            "listen_address": "127.0.0.1",
+            "rpc_address": "127.0.0.1",
+            "storage_port": self.storage_port,
+            "native_transport_port": self.port,
+            "start_native_transport": "true",
+            "authenticator": "PasswordAuthenticator",
+            "authorizer": "CassandraAuthorizer",
+            "role_manager": "CassandraRoleManager",
+            "data_file_directories": f"\n  - {self.dir / 'data'}",
+            "commitlog_directory": self.dir / "commitlog",
+            "saved_caches_directory": self.dir / "saved_caches",
+            "hints_directory": self.dir / "hints",
+            "cdc_raw_directory": self.dir / "cdc_raw",
+            # A new 5.0 node, nothing to stay compatible with: 5.0's formats from the start.
+            "storage_compatibility_mode": "NONE",
+            "commitlog_sync": "periodic",
+            "commitlog_sync_period": "10000ms",
+            "commitlog_total_space": "256MiB",
+            # Small: a development node at a 256 MiB heap.
+            "memtable_allocation_type": "heap_buffers",
+            "memtable_heap_space": "32MiB",
+            "memtable_offheap_space": "32MiB",
+            "key_cache_size": "8MiB",
+            "row_cache_size": "0MiB",
+            "counter_cache_size": "0MiB",
+            "prepared_statements_cache_size": "8MiB",
+            "file_cache_size": "16MiB",
+            "networking_cache_size": "8MiB",
+            "concurrent_reads": 8,
+            "concurrent_writes": 8,
+            "concurrent_counter_writes": 8,
+            "concurrent_compactors": 1,
+            "disk_access_mode": "mmap_index_only",
+            # Dropping or truncating a table (tests do, often) keeps no snapshot of it.
+            "auto_snapshot": "false",
+            # One node: no other to keep hints for.
+            "hinted_handoff_enabled": "false",
+        }
+        seeds = f"127.0.0.1:{self.storage_port}"
+        self.config.write_text(
+            "# Written by scripts/devstack.py on every start; edits are lost.\n"
+            + "".join(f"{k}: {v}\n" for k, v in settings.items())
+            + "seed_provider:\n"
+            "  - class_name: org.apache.cassandra.locator.SimpleSeedProvider\n"
+            "    parameters:\n"
+            f'      - seeds: "{seeds}"\n'
+        )
+        # Without a configuration logback logs everything at DEBUG to the console.
+        self.log_config.write_text(
+            "<!-- Written by scripts/devstack.py on every start; edits are lost. -->\n"
+            '<configuration scan="false">\n'
+            '  <appender name="FILE" class="ch.qos.logback.core.rolling.RollingFileAppender">\n'
+            f"    <file>{self.logfile}</file>\n"
+            '    <rollingPolicy class="ch.qos.logback.core.rolling.FixedWindowRollingPolicy">\n'
+            f"      <fileNamePattern>{self.logfile}.%i</fileNamePattern>\n"
+            "      <minIndex>1</minIndex><maxIndex>2</maxIndex>\n"
+            "    </rollingPolicy>\n"
+            '    <triggeringPolicy class="ch.qos.logback.core.rolling.SizeBasedTriggeringPolicy">\n'
+            "      <maxFileSize>20MB</maxFileSize>\n"
+            "    </triggeringPolicy>\n"
+            "    <encoder>\n"
+            "      <pattern>%d{ISO8601} %level [%thread] %logger{30}: %msg%n</pattern>\n"
+            "    </encoder>\n"
+            "  </appender>\n"
+            '  <root level="INFO"><appender-ref ref="FILE"/></root>\n'
+            "</configuration>\n"
+        )
+
+
 # --- the stack ----------------------------------------------------------------------------
 
 
@@ -1435,8 +1733,8 @@ class Stack:
         self.env["PATH"] = f"{Path(PY).parent}:{self.env.get('PATH', '')}"
 
     def wanted(self, *, storage: bool = False) -> list[Service]:
-        """The services to start here; with `storage`, HDFS and the S3 store too (the tests'
-        `./stack test`; `./stack up` keeps checkpoints and files on local disk)."""
+        """The services to start here; with `storage`, HDFS, the S3 store and Cassandra too
+        (the tests' `./stack test`; `./stack up` keeps checkpoints and files on local disk)."""
         out: list[Service] = []
         if not os.environ.get("DATABASE_URL"):
             out.append(Postgres())
@@ -1455,12 +1753,13 @@ class Stack:
             fcntl.flock(lock, fcntl.LOCK_EX)
             wanted = self.wanted(storage=storage)
             self.services.extend(wanted)
-            # HDFS and the S3 store are JVMs of their own that need none of the others: each
-            # starts in a thread while PostgreSQL, Redis and Kafka start in order beside them
+            # HDFS, the S3 store and Cassandra are JVMs of their own that need none of the
+            # others: each starts in a thread while PostgreSQL, Redis and Kafka start in order
+            # beside them
             # (the services phase then takes about as long as the slowest of them). A failure
             # anywhere is raised once all have finished starting, so stop_services() sees
             # everything that was started.
-            beside = [s for s in wanted if isinstance(s, (Hdfs, S3Proxy))]
+            beside = [s for s in wanted if isinstance(s, (Hdfs, S3Proxy, Cassandra))]
             with ThreadPoolExecutor(max_workers=max(1, len(beside))) as pool:
                 futures = [pool.submit(service.start) for service in beside]
                 for service in wanted:
@@ -1504,20 +1803,23 @@ def cmd_services(stack: Stack) -> int:
     return 0
 
 
+# The variable that names an existing store of each kind: when it is set, none is started.
+STORAGE_ENV = {
+    Hdfs: "CONTROLPLANE_HDFS_URL",
+    S3Proxy: "CONTROLPLANE_S3_ENDPOINT",
+    Cassandra: "CONTROLPLANE_CASSANDRA_HOSTS",
+}
+
+
 def storage_services() -> list[Service]:
-    """HDFS and the S3 store, each unless the environment names an existing one."""
-    out: list[Service] = []
-    if not os.environ.get("CONTROLPLANE_HDFS_URL"):
-        out.append(Hdfs())
-    if not os.environ.get("CONTROLPLANE_S3_ENDPOINT"):
-        out.append(S3Proxy())
-    return out
+    """HDFS, the S3 store and Cassandra, each unless the environment names an existing one."""
+    return [kind() for kind, variable in STORAGE_ENV.items() if not os.environ.get(variable)]
 
 
 def cmd_storage(kind: type[Service]) -> int:
-    """`./stack hdfs` / `./stack s3`: the store left running in the background (`./stack stop`
-    stops it), its environment printed for `eval`."""
-    variable = "CONTROLPLANE_HDFS_URL" if kind is Hdfs else "CONTROLPLANE_S3_ENDPOINT"
+    """`./stack hdfs` / `./stack s3` / `./stack cassandra`: the store left running in the
+    background (`./stack stop` stops it), its environment printed for `eval`."""
+    variable = STORAGE_ENV[kind]
     if os.environ.get(variable):
         log(f"{variable} is set: that store is used, none is started here")
         return 0
@@ -1569,7 +1871,7 @@ def _cluster() -> SparkCluster:
 
 
 def cmd_status(_stack: Stack) -> int:
-    for service in (Postgres(), Redis(), Kafka(), Hdfs(), S3Proxy(), _cluster()):
+    for service in (Postgres(), Redis(), Kafka(), Hdfs(), S3Proxy(), Cassandra(), _cluster()):
         if service.running():
             state = "running"
         else:
@@ -1579,7 +1881,7 @@ def cmd_status(_stack: Stack) -> int:
 
 
 def cmd_stop(_stack: Stack) -> int:
-    for service in (_cluster(), S3Proxy(), Hdfs(), Kafka(), Redis(), Postgres()):
+    for service in (_cluster(), Cassandra(), S3Proxy(), Hdfs(), Kafka(), Redis(), Postgres()):
         if service.stoppable():
             service.stop()
     return 0
@@ -1764,6 +2066,8 @@ def main(argv: list[str]) -> int:
             return cmd_storage(Hdfs)
         if command == "s3":
             return cmd_storage(S3Proxy)
+        if command == "cassandra":
+            return cmd_storage(Cassandra)
         if command == "status":
             return cmd_status(stack)
         if command == "stop":

@@ -196,6 +196,37 @@ def postgres_connection(api, sink_dsn):
 
 
 @pytest.fixture
+def cassandra_connection(api):
+    """The cassandra connection `cluster`: the Cassandra `./stack test` starts, its keyspace
+    `cp_test` (created if missing: the control plane never creates one)."""
+    from tests.stores import cassandra_env, cassandra_session
+
+    env = cassandra_env()
+    with cassandra_session() as session:
+        session.execute(
+            "CREATE KEYSPACE IF NOT EXISTS cp_test WITH replication ="
+            f" {{'class': 'NetworkTopologyStrategy', '{env.dc}': 1}}"
+        )
+    response = api.post(
+        "/api/connections/",
+        {
+            "name": "cluster",
+            "kind": "cassandra",
+            "settings": {
+                "contact_points": env.hosts.split(","),
+                "local_datacenter": env.dc,
+                "keyspace": "cp_test",
+                "username": env.user,
+            },
+            "secrets": {"password": env.password},
+        },
+        format="json",
+    )
+    assert response.status_code == 201, response.json()
+    return response.json()
+
+
+@pytest.fixture
 def pipeline(api, kafka_connection, postgres_connection):
     response = api.post("/api/pipelines/", {"name": "orders", "spec": valid_spec()}, format="json")
     assert response.status_code == 201, response.json()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pyarrow.json as pj
 
 from jobs import hadoop
-from jobs.sinks import files
+from jobs.sinks.files import store as files
 from jobs.storage import Storage, join, storage_for
 from tests.stores import base_for, settings_for
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from jobs.pipeline import RunConfig, start_query
+from jobs.pipeline import start_query
+from jobs.runconfig import RunConfig
 from jobs.spec import parse_spec
 
 

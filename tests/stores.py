@@ -1,18 +1,22 @@
 """The real stores checkpoints may live on, for tests: the local disk, HDFS (a NameNode and a
 DataNode of Apache Hadoop) and an S3-compatible server (s3proxy), the latter two started
-once per test run by `./stack test` (scripts/devstack.py), which exports their addresses.
+once per test run by `./stack test` (scripts/devstack.py), which exports their addresses;
+and the Apache Cassandra node it starts beside them.
 
 `where` gives a test a fresh, empty root on each of them; `remote` only the distributed ones;
-`checkpoint_store` makes such a root the control plane's checkpoint root.
+`checkpoint_store` makes such a root the control plane's checkpoint root. `cassandra_env`,
+`cassandra_session` and `cassandra_keyspace` reach Cassandra with the stack's credentials.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import threading
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -37,6 +41,83 @@ def required_env(name: str, services: str = "the services") -> str:
 
 def _required(name: str) -> str:
     return required_env(name, "HDFS and the S3 server")
+
+
+@dataclass(frozen=True)
+class CassandraEnv:
+    """Where the Cassandra under test is and who to be there (CONTROLPLANE_CASSANDRA_*)."""
+
+    hosts: str  # host:port[,host:port...]
+    dc: str  # the local data centre
+    user: str
+    password: str
+
+    def contact_points(self) -> list[tuple[str, int]]:
+        points = []
+        for host in self.hosts.split(","):
+            name, _, port = host.strip().rpartition(":")
+            points.append((name.strip("[]"), int(port)))
+        return points
+
+
+def cassandra_env() -> CassandraEnv:
+    """The Cassandra `./stack test` starts (or the one CONTROLPLANE_CASSANDRA_HOSTS names); the
+    test fails saying so when its variables are not set."""
+    return CassandraEnv(
+        hosts=required_env("CONTROLPLANE_CASSANDRA_HOSTS", "Cassandra"),
+        dc=required_env("CONTROLPLANE_CASSANDRA_DC", "Cassandra"),
+        user=required_env("CONTROLPLANE_CASSANDRA_USER", "Cassandra"),
+        password=required_env("CONTROLPLANE_CASSANDRA_PASSWORD", "Cassandra"),
+    )
+
+
+@contextlib.contextmanager
+def cassandra_session(
+    keyspace: str | None = None,
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    timeout: float = 10.0,
+):
+    """A cassandra-driver Session of the Cassandra under test, as the stack's user unless
+    `user`/`password` say otherwise (a refused login raises NoHostAvailable, its `errors`
+    AuthenticationFailed); its cluster is shut down on leaving."""
+    from cassandra.auth import PlainTextAuthProvider
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+    from cassandra.policies import DCAwareRoundRobinPolicy
+
+    env = cassandra_env()
+    profile = ExecutionProfile(
+        load_balancing_policy=DCAwareRoundRobinPolicy(local_dc=env.dc), request_timeout=timeout
+    )
+    cluster = Cluster(
+        env.contact_points(),
+        auth_provider=PlainTextAuthProvider(
+            env.user if user is None else user, env.password if password is None else password
+        ),
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        connect_timeout=timeout,
+        control_connection_timeout=timeout,
+    )
+    try:
+        yield cluster.connect(keyspace)
+    finally:
+        cluster.shutdown()
+
+
+@contextlib.contextmanager
+def cassandra_keyspace(replication_factor: int = 1):
+    """(session, name): a fresh keyspace of the test's own (one replica in the local data
+    centre), the session using it; dropped on leaving."""
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    replication = {"class": "NetworkTopologyStrategy", cassandra_env().dc: replication_factor}
+    with cassandra_session() as session:
+        session.execute(f"CREATE KEYSPACE {name} WITH replication = {replication!r}")
+        try:
+            session.set_keyspace(name)
+            yield session, name
+        finally:
+            session.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
 def settings_for(kind: str, timeout: float = 10.0) -> StorageSettings:

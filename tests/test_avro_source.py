@@ -11,8 +11,8 @@ import uuid
 import fastavro
 import pytest
 
-from jobs.pipeline import RunConfig
-from jobs.sinks.postgres import DEAD_LETTERS_TABLE
+from jobs.runconfig import RunConfig
+from jobs.sinks.postgres.store import DEAD_LETTERS_TABLE
 from jobs.spec import parse_spec
 from tests.kafka_helpers import new_topic, produce
 from tests.spark_helpers import drain, fetch, forget_last_commit

@@ -12,7 +12,7 @@ from jobs.connections import (
     postgres_conninfo,
     validate_connection,
 )
-from jobs.sinks.jvm_writer import jdbc_target
+from jobs.sinks.postgres.jvm import jdbc_target
 from jobs.spec import SpecError
 
 

@@ -92,7 +92,9 @@ def test_strip_password_keeps_everything_else():
 
 
 def test_unknown_kind_is_rejected():
-    assert errors("mysql", {}) == {"kind": ["must be one of kafka, postgres, files; got 'mysql'"]}
+    assert errors("mysql", {}) == {
+        "kind": ["must be one of kafka, postgres, files, cassandra; got 'mysql'"]
+    }
 
 
 # -- files: a root URI ----------------------------------------------------------------------

@@ -17,7 +17,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from controlplane.definitions.models import AuditEntry
 from controlplane.observability import dead_letters
-from jobs.sinks.postgres import DEAD_LETTERS_TABLE, PostgresSink
+from jobs.sinks.postgres.store import DEAD_LETTERS_TABLE, PostgresStore
 from tests.kafka_helpers import new_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.django_db]
@@ -29,7 +29,7 @@ T0 = datetime(2026, 11, 23, 2, 0, tzinfo=UTC)
 def letters(pipeline, sink_dsn):
     """Ten dead letters of `orders` (and one of another pipeline): batches 1 and 2,
     partitions 0 and 1, two errors, one value not UTF-8, one empty."""
-    sink = PostgresSink({"conninfo": sink_dsn}, pipeline="orders", table="orders_dl_target")
+    sink = PostgresStore({"conninfo": sink_dsn}, pipeline="orders", table="orders_dl_target")
     sink.ensure_tables([])
     with psycopg.connect(sink_dsn, autocommit=True) as conn:
         conn.execute(f'DELETE FROM "{DEAD_LETTERS_TABLE}"')

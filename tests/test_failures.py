@@ -20,11 +20,11 @@ from jobs.failures import NO_TOPIC, PERMANENT, TRANSIENT, Verdict
 from jobs.kafka.auth import SaslLoginError
 from jobs.kafka.readers import ReaderError
 from jobs.kafka.source import DataLossError
-from jobs.pipeline import StateStoreError
-from jobs.sinks.files import FileSinkError
-from jobs.sinks.kafka import KafkaSinkError
-from jobs.sinks.postgres import MixedWritesError
+from jobs.sinks.files.store import FileSinkError
+from jobs.sinks.kafka.client import KafkaSinkError
+from jobs.sinks.postgres.store import MixedWritesError
 from jobs.spec import SpecError, parse_spec
+from jobs.stateful import StateStoreError
 from tests.factories import valid_spec
 
 
@@ -191,7 +191,7 @@ def test_the_driver_judges_the_exception_it_fails_with(tmp_path):
         raise spec_error()
     verdict = failures.read_verdict(tmp_path)
     assert verdict["kind"] == PERMANENT
-    assert verdict["type"] == "jobs.spec.validate.SpecError"
+    assert verdict["type"] == "jobs.spec.fields.SpecError"
     assert "trigger.interval_seconds" in verdict["reason"]
     with run.judged(tmp_path / "nothing"):
         pass  # no exception: no verdict
@@ -243,7 +243,7 @@ def test_a_foreach_batch_exception_is_seen_through_sparks_wrapper(spark):
     assert exc.getCondition() == "STREAM_FAILED"
     verdict = failures.classify(exc, batch_error=failures.raised_in_batch(name))
     assert verdict.kind == PERMANENT
-    assert verdict.type == "jobs.sinks.postgres.MixedWritesError"
+    assert verdict.type == "jobs.sinks.postgres.store.MixedWritesError"
     assert verdict.reason == "a definition error: batch 0 was partly written directly"
     # Without it only the text of the exception is left: no verdict (the control plane
     # falls back to reading the error output).
@@ -284,7 +284,7 @@ def test_a_python_workers_error_is_judged_by_its_type_read_back(spark):
     exc = _fail_in_worker(spark, MixedWritesError("batch 3 was partly written directly"))
     verdict = failures.classify(exc)
     assert (verdict.kind, verdict.category) == (PERMANENT, failures.DEFINITION), verdict
-    assert verdict.type == "jobs.sinks.postgres.MixedWritesError"
+    assert verdict.type == "jobs.sinks.postgres.store.MixedWritesError"
     assert verdict.reason == "a definition error: batch 3 was partly written directly"
 
 
@@ -332,7 +332,7 @@ def test_a_workers_text_names_only_known_exception_classes(text):
 
 @pytest.mark.spark
 def test_a_jdbc_write_postgres_refuses_is_permanent_by_its_sqlstate(spark, sink_dsn, sink_table):
-    from jobs.sinks.jvm_writer import jdbc_target
+    from jobs.sinks.postgres.jvm import jdbc_target
 
     url, properties = jdbc_target({"conninfo": sink_dsn})
     frame = spark.createDataFrame([("a", "many")], "id string, n string")
@@ -430,7 +430,7 @@ def test_a_shared_applications_member_reports_its_verdict(spark, tmp_path):
     report = json.loads((run_dir / "exit.json").read_text())
     assert report["exit_code"] == 1
     assert report["failure"]["kind"] == PERMANENT
-    assert report["failure"]["type"] == "jobs.spec.validate.SpecError"
+    assert report["failure"]["type"] == "jobs.spec.fields.SpecError"
     assert not assignment.exists()
 
 
@@ -863,7 +863,7 @@ def test_a_files_sink_that_cannot_roll_fails_with_what_it_met(tmp_path):
     failure is classified by what rolling met, S3 throttling here, not by the wrapper."""
     from types import SimpleNamespace
 
-    from jobs.sinks import files
+    from jobs.sinks.files import store as files
 
     name = f"roll-{uuid.uuid4().hex[:8]}"
     sink = SimpleNamespace(base="s3a://lake/raw", query="q1")
@@ -918,7 +918,8 @@ def test_a_stores_name_is_its_address_only():
 def test_the_driver_names_its_stores_in_its_verdict(tmp_path):
     """jobs/run.py's judge: the names the pipeline's query start gave (jobs.pipeline)."""
     from jobs import run
-    from jobs.pipeline import RunConfig, _store_names
+    from jobs.pipeline import store_names
+    from jobs.runconfig import RunConfig
     from tests.factories import files_spec
 
     config = RunConfig(
@@ -934,8 +935,8 @@ def test_the_driver_names_its_stores_in_its_verdict(tmp_path):
             "s3": {"endpoint": S3_ENDPOINT, "secret_key": "never-in-words"},
         },
     )
-    assert _store_names(config) == STORES
-    failures.name_stores(config.pipeline, _store_names(config))
+    assert store_names(config) == STORES
+    failures.name_stores(config.pipeline, store_names(config))
     verdict = run.judge(query_failed(refused_namenode()), config.pipeline)
     assert verdict["reason"].startswith(f"{HDFS_AT} could not be reached: ")
     assert "never-in-words" not in json.dumps(verdict)

@@ -1,4 +1,4 @@
-"""Kafka -> Spark -> files, exactly once in finished files (jobs.sinks.files,
+"""Kafka -> Spark -> files, exactly once in finished files (jobs.sinks.files.store,
 controlplane.spark.FileSink): real Kafka and Spark. The output is read as downstream readers
 would: Spark and pyarrow on the base directory (finished files only), and the manifest."""
 
@@ -15,8 +15,10 @@ import pyarrow.dataset as ds
 import pytest
 
 from controlplane.supervision.restarts import classify
-from jobs.pipeline import RunConfig, start_query, stream_id
-from jobs.sinks import files
+from jobs.batch import stream_id
+from jobs.pipeline import start_query
+from jobs.runconfig import RunConfig
+from jobs.sinks.files import store as files
 from jobs.spec import parse_spec
 from tests.kafka_helpers import new_topic, produce
 from tests.spark_helpers import drain, failure, forget_last_commit
@@ -59,10 +61,10 @@ def base(config) -> Path:
     return Path(config.sink_configs[0]["files"]["root"].removeprefix("file://")) / "out/orders"
 
 
-def file_sink(spark, config) -> files.FileSink:
+def file_sink(spark, config) -> files.FilesStore:
     """The sink's directory as a restarted driver sees it."""
     root = config.sink_configs[0]["files"]["root"]
-    return files.FileSink(
+    return files.FilesStore(
         spark,
         files.base_uri(root, config.spec.sink.path),
         config.spec.sink,
@@ -212,7 +214,7 @@ class Killed(Exception):
 
 
 class Dies:
-    """The JVM FileSink, but the driver 'dies' at one step of a roll."""
+    """The JVM FilesStore, but the driver 'dies' at one step of a roll."""
 
     def __init__(self, jfs, at: str):
         self.jfs, self.at = jfs, at

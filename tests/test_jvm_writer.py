@@ -13,9 +13,9 @@ from decimal import Context, Decimal
 import psycopg
 import pytest
 
-from jobs.pipeline import for_copy, for_jvm
-from jobs.sinks import pgbinary
-from jobs.sinks.jvm_writer import (
+from jobs.batch import for_copy, for_jvm
+from jobs.sinks.postgres import pgbinary
+from jobs.sinks.postgres.jvm import (
     INT2_FROM_BYTE,
     JSONB,
     NUMERIC,
@@ -26,7 +26,7 @@ from jobs.sinks.jvm_writer import (
     column_encoding,
     jdbc_target,
 )
-from jobs.sinks.postgres import ORDINAL, PART, Column, PostgresSink
+from jobs.sinks.postgres.store import ORDINAL, PART, Column, PostgresStore
 
 # -- pure --------------------------------------------------------------------------------------
 
@@ -154,7 +154,7 @@ def rows_for_every_type():
 
 
 def new_sink(dsn, table):
-    sink = PostgresSink(
+    sink = PostgresStore(
         {"conninfo": dsn}, pipeline=f"p-{uuid.uuid4().hex[:6]}", stream_id="s1", table=table
     )
     sink.ensure_tables([Column(name, kind) for name, kind in TYPES])
@@ -247,7 +247,7 @@ def test_a_partition_whose_marker_exists_is_not_written_again(spark, sink_dsn):
 
 @pytest.mark.spark
 def test_demanding_the_jvm_writer_where_it_cannot_connect_is_an_error(spark):
-    sink = PostgresSink({"conninfo": "dbname=x"}, pipeline="p", table="t")
+    sink = PostgresStore({"conninfo": "dbname=x"}, pipeline="p", table="t")
     spark.conf.set(WRITER_CONF, "jvm")
     try:
         with pytest.raises(RuntimeError, match="JDBC driver"):

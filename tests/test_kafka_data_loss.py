@@ -28,9 +28,10 @@ from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, Ne
 from controlplane.supervision.restarts import classify
 from jobs.checkpoints import read_checkpoint
 from jobs.kafka.group_commit import GroupCommitter, mirror
-from jobs.pipeline import RunConfig, start_query
+from jobs.pipeline import start_query
 from jobs.reporting import ProgressPoller
 from jobs.run import wait
+from jobs.runconfig import RunConfig
 from tests import kafka_helpers
 from tests.kafka_helpers import new_topic, produce
 from tests.spark_helpers import events, fetch

@@ -320,7 +320,7 @@ READERS = ["spark-kafka", "python"]
 
 
 def run_config(tmp_path: Path, broker: SaslBroker, topic: str, reader: str, password: str):
-    from jobs.pipeline import RunConfig
+    from jobs.runconfig import RunConfig
     from jobs.spec import parse_spec
 
     spec = {
@@ -349,7 +349,7 @@ def run_config(tmp_path: Path, broker: SaslBroker, topic: str, reader: str, pass
 def read_available(spark, config, name: str):
     """Everything in the topic now, into a memory table, through the pipeline's own source
     (jobs.pipeline.source_frame); the finished query."""
-    from jobs.pipeline import register_sources, source_frame
+    from jobs.source import register_sources, source_frame
 
     register_sources(spark)
     query = (
@@ -388,7 +388,7 @@ def test_the_readers_read_through_sasl(sasl_broker, spark, tmp_path, reader):
 def test_the_connector_s_options_are_masked_in_the_plan(sasl_broker, spark, tmp_path):
     """The source's plan lists its options (the UI's SQL tab, the event log, explain()): the
     JAAS config, which holds the password, is shown masked."""
-    from jobs.pipeline import source_frame
+    from jobs.source import source_frame
 
     topic = sasl_broker.new_topic(partitions=1)
     config = run_config(tmp_path, sasl_broker, topic, "spark-kafka", sasl_broker.password)

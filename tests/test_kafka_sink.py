@@ -1,4 +1,4 @@
-"""Kafka -> Spark -> Kafka, exactly once (jobs.sinks.kafka, KafkaTxWriter): real Kafka and
+"""Kafka -> Spark -> Kafka, exactly once (jobs.sinks.kafka.client, KafkaTxWriter): real Kafka and
 Spark. The output is read as a downstream consumer would: `read_committed`."""
 
 from __future__ import annotations
@@ -8,8 +8,10 @@ import uuid
 
 import pytest
 
-from jobs.pipeline import RunConfig, start_query, stream_id
-from jobs.sinks.kafka import KafkaWriter, transactional_prefix
+from jobs.batch import stream_id
+from jobs.pipeline import start_query
+from jobs.runconfig import RunConfig
+from jobs.sinks.kafka.client import KafkaWriter, transactional_prefix
 from jobs.spec import parse_spec
 from tests.kafka_helpers import new_topic, produce, read_committed
 from tests.spark_helpers import drain, failure, forget_last_commit
@@ -204,7 +206,7 @@ def test_two_sinks_each_write_once_and_the_one_that_failed_resumes_where_it_comm
 
     import psycopg
 
-    from jobs.sinks import kafka as kafka_sink
+    from jobs.sinks.kafka import client as kafka_sink
 
     source, out, dead = topics(kafka_bootstrap)
     table = f"two_{uuid.uuid4().hex[:8]}"

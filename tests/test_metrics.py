@@ -16,7 +16,7 @@ import pytest
 from django.utils import timezone
 
 from controlplane.observability.collector import collect
-from jobs.pipeline import RunConfig
+from jobs.runconfig import RunConfig
 from jobs.spec import parse_spec
 from tests.kafka_helpers import new_topic, produce
 from tests.spark_helpers import drain

@@ -13,8 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.sinks import pgbinary
-from jobs.sinks.postgres import _CopyStream
+from jobs.sinks.postgres.store import _CopyStream, pgbinary
 
 UTC = dt.UTC
 

@@ -6,10 +6,11 @@ import dataclasses
 
 import pytest
 
+from jobs.batch import shuffles, stream_id
 from jobs.checkpoints import read_checkpoint
-from jobs.pipeline import shuffles, start_query, stream_id
-from jobs.sinks.jvm_writer import WRITER_CONF
-from jobs.sinks.postgres import PostgresSink
+from jobs.pipeline import start_query
+from jobs.sinks.postgres.jvm import WRITER_CONF
+from jobs.sinks.postgres.store import PostgresStore
 from tests.kafka_helpers import new_topic, produce
 from tests.spark_helpers import drain, events, fetch, forget_last_commit, run_config
 
@@ -239,18 +240,18 @@ def test_a_new_checkpoint_under_the_same_pipeline_name_is_not_mistaken_for_the_o
 def dies_before_the_marker_of_batch_1(spark, config, sink_dsn, monkeypatch):
     """Run the query until batch 1's partitions are written and the driver "dies" before the
     batch's marker; leaves the sink as it was (for the restart)."""
-    finish = PostgresSink.finish_batch
+    finish = PostgresStore.finish_batch
 
     def dies_at_batch_1(self, batch_id, rows, dead_letters=None):
         if batch_id == 1:
             raise RuntimeError("the driver died here")
         return finish(self, batch_id, rows, dead_letters)
 
-    monkeypatch.setattr(PostgresSink, "finish_batch", dies_at_batch_1)
+    monkeypatch.setattr(PostgresStore, "finish_batch", dies_at_batch_1)
     query = start_query(spark, config, available_now=True)
     with pytest.raises(Exception, match="the driver died here"):
         query.awaitTermination(180)
-    monkeypatch.setattr(PostgresSink, "finish_batch", finish)
+    monkeypatch.setattr(PostgresStore, "finish_batch", finish)
     written = markers(sink_dsn, config.pipeline)
     assert (1, -1) not in written and [m for m in written if m[0] == 1], written
 

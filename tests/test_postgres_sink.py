@@ -8,13 +8,13 @@ import psycopg
 import pyarrow as pa
 import pytest
 
-from jobs.sinks.postgres import Column, MixedWritesError, PostgresSink
+from jobs.sinks.postgres.store import Column, MixedWritesError, PostgresStore
 
 
 @pytest.fixture
 def sink(sink_dsn):
     def make(mode="append", key=()):
-        s = PostgresSink(
+        s = PostgresStore(
             {"conninfo": sink_dsn},
             pipeline=f"p-{uuid.uuid4().hex[:6]}",
             stream_id="s1",

@@ -14,7 +14,7 @@ import pytest
 
 from controlplane.definitions.models import AuditEntry, Pipeline, RestorePoint, RunState
 from jobs.checkpoints import read_checkpoint
-from jobs.sinks.postgres import COMMITS_TABLE
+from jobs.sinks.postgres.store import COMMITS_TABLE
 from tests.kafka_helpers import produce
 from tests.runs import POLICY, current, new_pipeline, sink_rows, tick_until
 

@@ -1,10 +1,10 @@
-"""The files sink's rolling policy (jobs.sinks.rolling): pure logic, time passed in."""
+"""The files sink's rolling policy (jobs.sinks.files.rolling): pure logic, time passed in."""
 
 from __future__ import annotations
 
 import pytest
 
-from jobs.sinks.rolling import Policy, Staged, next_check, plan
+from jobs.sinks.files.rolling import Policy, Staged, next_check, plan
 
 MB = 1024 * 1024
 POLICY = Policy(target_bytes=10 * MB, max_age_seconds=900, inactivity_seconds=300)

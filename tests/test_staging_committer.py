@@ -134,10 +134,10 @@ def test_two_records_of_one_task_the_later_one_counts(jvm, conf, tmp_path):
 
 
 def test_a_batch_staged_by_spark_is_written_without_a_rename(spark, tmp_path):
-    """FileSink.stage's write, on the local disk: the files land in committed attempts'
+    """FilesStore.stage's write, on the local disk: the files land in committed attempts'
     directories, Spark's own _temporary tree and _SUCCESS are never made, and every row is in
     the listed files once."""
-    from jobs.sinks import files
+    from jobs.sinks.files import store as files
 
     frame = spark.range(0, 50, numPartitions=3).selectExpr("id", "id % 2 AS p")
     target = tmp_path / "q" / "0"

@@ -14,16 +14,11 @@ import pytest
 
 from controlplane.supervision.restarts import classify
 from jobs.checkpoints import planned_conf
-from jobs.pipeline import (
-    STATE_STORE_CONF,
-    STATE_STORE_PROVIDERS,
-    RunConfig,
-    StateStoreError,
-    source_reads,
-    start_query,
-)
+from jobs.pipeline import start_query
 from jobs.reporting import ProgressPoller
+from jobs.runconfig import RunConfig
 from jobs.spec import parse_spec
+from jobs.stateful import STATE_STORE_CONF, STATE_STORE_PROVIDERS, StateStoreError, source_reads
 from tests.kafka_helpers import new_topic, produce, read_committed
 from tests.spark_helpers import drain, fetch, forget_last_commit
 from tests.waiting import wait_for

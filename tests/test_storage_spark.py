@@ -20,8 +20,9 @@ import uuid
 import pytest
 
 from jobs import hadoop
-from jobs.pipeline import RunConfig, stream_id
-from jobs.sinks import files
+from jobs.batch import stream_id
+from jobs.runconfig import RunConfig
+from jobs.sinks.files import store as files
 from jobs.spec import parse_spec
 from tests.kafka_helpers import new_topic, produce
 from tests.spark_helpers import drain
@@ -232,7 +233,7 @@ def _roll(session, config: RunConfig) -> None:
     query = stream_id(config.checkpoint, config.store)
     for i, sink in enumerate(config.spec.all_sinks()):
         root = config.sink_configs[i]["files"]["root"]
-        files.FileSink(session, files.base_uri(root, sink.path), sink, query).roll(
+        files.FilesStore(session, files.base_uri(root, sink.path), sink, query).roll(
             time.time(), flush=True
         )
 

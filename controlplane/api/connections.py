@@ -11,10 +11,11 @@ from rest_framework.response import Response
 
 from controlplane.accounts.roles import OPERATOR
 from controlplane.connections.directories import RootInUse, files_roots
-from controlplane.connections.models import Connection, ConnectionKind
+from controlplane.connections.models import Connection
 from controlplane.connections.probe import probe
 from controlplane.connections.serializers import ConnectionSerializer
 from controlplane.definitions import audit
+from jobs.connections import CONNECTION_KINDS
 
 ProbeResultSerializer = inline_serializer(
     "ConnectionTestResult",
@@ -89,7 +90,7 @@ class ConnectionViewSet(viewsets.ModelViewSet):
 
     def perform_update(self, serializer) -> None:
         with transaction.atomic():
-            if serializer.instance.kind == ConnectionKind.FILES:
+            if CONNECTION_KINDS[serializer.instance.kind].holds_directories:
                 # Every files connection, in name order, before this one alone: the order
                 # pipeline saves take them in (controlplane.connections.directories).
                 files_roots(lock=True)

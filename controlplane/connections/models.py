@@ -19,6 +19,7 @@ class ConnectionKind(models.TextChoices):
     KAFKA = "kafka", "Kafka cluster"
     POSTGRES = "postgres", "PostgreSQL database"
     FILES = "files", "File system (local or Hadoop)"
+    CASSANDRA = "cassandra", "Apache Cassandra cluster"
 
 
 class Connection(models.Model):

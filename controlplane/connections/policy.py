@@ -32,29 +32,18 @@ from django.conf import settings as django_settings
 from django.db import connection as db_connection
 
 from jobs.connections import (
+    CONNECTION_KINDS,
     ConnectionPolicy,
     check_files_root,
     parse_postgres_dsn,
     postgres_conninfo,
     validate_connection,
 )
+from jobs.sinks.cassandra.connection import client_arguments as cassandra_client_arguments
 from jobs.spec import FieldError, SpecError
 from jobs.spec.locations import LocationError, location
 
 from .directories import control_plane_overlap, root_change_conflicts
-
-# What identifies the far end of a connection: a change to any of these is a new endpoint.
-KAFKA_ENDPOINT = (
-    "bootstrap_servers",
-    "security_protocol",
-    "sasl_mechanism",
-    "sasl_username",
-    "ssl_cafile",
-    "ssl_certfile",
-    "ssl_keyfile",
-    "ssl_check_hostname",
-)
-POSTGRES_ENDPOINT = ("host", "port", "dbname", "user", "sslmode", "sslrootcert")
 
 
 def connection_policy() -> ConnectionPolicy:
@@ -111,11 +100,12 @@ def clean_connection(
     clean_settings, clean_secrets = validate_connection(
         kind, settings, secrets, connection_policy()
     )
-    if kind == "postgres" and clean_settings.get("dsn"):
+    # What only the control plane knows of: its own database and directories.
+    if clean_settings.get("dsn"):
         problem = control_plane_database_problem(clean_settings["dsn"])
         if problem:
             raise SpecError([FieldError("settings.dsn", problem)])
-    if kind == "files" and clean_settings.get("root"):
+    if CONNECTION_KINDS[kind].holds_directories and clean_settings.get("root"):
         problem = control_plane_directory_problem(clean_settings["root"])
         if problem:
             raise SpecError([FieldError("settings.root", problem)])
@@ -137,6 +127,16 @@ def postgres_connect_arguments(
     if problem:
         raise ValueError(problem)
     return postgres_conninfo(settings, secrets, connection_policy())
+
+
+def cassandra_connection_arguments(
+    settings: Mapping[str, Any], secrets: Mapping[str, str]
+) -> dict[str, Any]:
+    """What a driver or the control plane is given to reach a stored cassandra connection,
+    checked again (the policy may have changed since it was saved: TLS files from the
+    certificate directory); raises ValueError saying what is wrong."""
+    clean, _ = validate_connection("cassandra", dict(settings), {}, connection_policy())
+    return cassandra_client_arguments(clean, secrets)
 
 
 def files_connection_root(settings: Mapping[str, Any]) -> str:
@@ -163,25 +163,14 @@ def control_plane_directory_problem(root: str) -> str | None:
 
 
 def endpoint(kind: str, settings: Mapping[str, Any]) -> tuple:
-    if kind == "kafka":
-        return tuple(_frozen(settings.get(name)) for name in KAFKA_ENDPOINT)
-    if kind == "files":
-        return (settings.get("root"),)
-    try:
-        params = parse_postgres_dsn(settings.get("dsn") or "", connection_policy_lenient())
-    except ValueError:
-        return ("unparsable", settings.get("dsn"))
-    return tuple(params.get(name) for name in POSTGRES_ENDPOINT)
+    """What a connection's secrets belong to (a change of it drops them)."""
+    return CONNECTION_KINDS[kind].endpoint(settings, connection_policy_lenient())
 
 
 def connection_policy_lenient() -> ConnectionPolicy:
     """For reading stored settings only (never for connecting): accepts what an older, looser
     policy may have stored, so that comparing endpoints never fails."""
     return ConnectionPolicy(cert_dir="/", allow_unix_sockets=True, files_dir="/")
-
-
-def _frozen(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
 
 
 # -- the control plane's own database ------------------------------------------------------

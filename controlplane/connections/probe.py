@@ -14,7 +14,11 @@ from jobs.connections import kafka_client_config
 from jobs.kafka.auth import SaslLoginError, check_sasl_login
 
 from .models import Connection
-from .policy import files_connection_root, postgres_connect_arguments
+from .policy import (
+    cassandra_connection_arguments,
+    files_connection_root,
+    postgres_connect_arguments,
+)
 
 
 @dataclass
@@ -39,12 +43,7 @@ def probe(connection: Connection, timeout: float) -> ProbeResult:
     secrets = connection.get_secrets()
     started = time.monotonic()
     try:
-        if connection.kind == "kafka":
-            result = _probe_kafka(connection.settings, secrets, timeout)
-        elif connection.kind == "files":
-            result = _probe_files(connection.settings)
-        else:
-            result = _probe_postgres(connection.settings, secrets, timeout)
+        result = PROBES[connection.kind](connection.settings, secrets, timeout)
     except SaslLoginError as exc:  # says what was refused, without the password
         return ProbeResult(False, _ms(started), redact(str(exc), secrets.values()))
     except Exception as exc:  # any failure to reach the target is the answer, not a 500
@@ -100,7 +99,7 @@ def _probe_postgres(settings: dict, secrets: dict, timeout: float) -> ProbeResul
     return ProbeResult(one == 1, 0, "SELECT 1 succeeded", server_version=version)
 
 
-def _probe_files(settings: dict) -> ProbeResult:
+def _probe_files(settings: dict, secrets: dict, timeout: float) -> ProbeResult:
     """A local root: an existing directory this process may write into (the jobs may run as
     another user). Any other root is reached only by the jobs, through the cluster's Hadoop
     configuration: not probed here."""
@@ -124,3 +123,49 @@ def _probe_files(settings: dict) -> ProbeResult:
     if not os.access(path, os.W_OK | os.X_OK):
         return ProbeResult(False, 0, f"{path} is not writable by the control plane's user")
     return ProbeResult(True, 0, f"{path} is a writable directory")
+
+
+def _probe_cassandra(settings: dict, secrets: dict, timeout: float) -> ProbeResult:
+    """Log in, read the server's version and the keyspace's tables (the keyspace must exist:
+    the control plane never creates one)."""
+    from jobs.sinks.cassandra.connection import session
+
+    arguments = cassandra_connection_arguments(settings, secrets)
+    keyspace = arguments.pop("keyspace")
+    cass = session(arguments, timeout)
+    try:
+        version = cass.execute("SELECT release_version FROM system.local").one()[0]
+        found = cass.execute(
+            "SELECT keyspace_name FROM system_schema.keyspaces WHERE keyspace_name = %s",
+            [keyspace],
+        ).one()
+        if found is None:
+            return ProbeResult(
+                False,
+                0,
+                f"logged in, but keyspace {keyspace!r} does not exist",
+                server_version=version,
+            )
+        tables = [
+            r.table_name
+            for r in cass.execute(
+                "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s", [keyspace]
+            )
+        ]
+    finally:
+        cass.cluster.shutdown()
+    return ProbeResult(
+        True,
+        0,
+        f"logged in; keyspace {keyspace!r} has {len(tables)} table(s)",
+        server_version=version,
+    )
+
+
+# How each kind of connection is tested (jobs.connections.CONNECTION_KINDS lists the kinds).
+PROBES = {
+    "kafka": _probe_kafka,
+    "postgres": _probe_postgres,
+    "files": _probe_files,
+    "cassandra": _probe_cassandra,
+}

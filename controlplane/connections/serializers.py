@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.db import transaction
 from rest_framework import serializers
 
+from jobs.connections import CONNECTION_KINDS
 from jobs.spec import SpecError
 
 from .directories import RootInUse, root_change_conflicts
@@ -123,7 +124,7 @@ class ConnectionSerializer(serializers.ModelSerializer):
         secrets = validated_data.pop("secrets", None)
         with transaction.atomic():
             root = (validated_data.get("settings") or {}).get("root")
-            if instance.kind == ConnectionKind.FILES and root:
+            if CONNECTION_KINDS[instance.kind].holds_directories and root:
                 conflict = root_change_conflicts(instance, root, lock=True)
                 if conflict is not None:
                     self.root_conflict = conflict

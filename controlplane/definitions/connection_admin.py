@@ -9,7 +9,7 @@ from django.db import transaction
 
 from controlplane.connections.models import Connection
 from controlplane.connections.policy import clean_connection
-from jobs.connections import SECRET_FIELDS
+from jobs.connections import CONNECTION_KINDS, SECRET_FIELDS
 from jobs.spec import SpecError
 
 from . import audit
@@ -119,11 +119,7 @@ class ConnectionAdmin(admin.ModelAdmin):
 
     @admin.display(description="target")
     def target(self, obj: Connection) -> str:
-        if obj.kind == "kafka":
-            return ", ".join(obj.settings.get("bootstrap_servers", []))
-        if obj.kind == "files":
-            return obj.settings.get("root", "")
-        return obj.settings.get("dsn", "")
+        return CONNECTION_KINDS[obj.kind].target(obj.settings)
 
     @admin.display(description="secrets set")
     def secrets_set(self, obj: Connection) -> str:

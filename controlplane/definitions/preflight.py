@@ -12,7 +12,12 @@ whether it will work with them now, where they can answer quickly:
   create tables in its schema);
 * Kafka sink: its topic (and dead-letter topic) exists; the control plane never creates one;
 * files sink: its connection's root is a writable directory (a local root; an HDFS or S3 root
-  is reached only by the jobs: said so, as information).
+  is reached only by the jobs: said so, as information);
+* cassandra sink: the table exists in the connection's keyspace with a column for every
+  output column whose type can take the output's (the same type or a safe widening), its
+  primary key's columns all in the output, no counter column; or it does not exist and the
+  spec gives the primary key to create it with; its dead letters' topic exists (a kafka
+  connection).
 
 Every check reports at the spec's field it is about (`sink.table`, `source.topics[1]`), as
 `ok`, `error` (the definition will fail: fix it first), `warning` (a system that could not be
@@ -35,12 +40,20 @@ import psycopg
 from psycopg import sql
 
 from controlplane.connections.models import Connection
-from controlplane.connections.policy import files_connection_root, postgres_connect_arguments
+from controlplane.connections.policy import (
+    cassandra_connection_arguments,
+    files_connection_root,
+    postgres_connect_arguments,
+)
 from controlplane.connections.probe import kafka_consumer, probe
 from controlplane.redaction import redact
+from jobs.sinks.cassandra.model import CassandraSink
+from jobs.sinks.files.model import FilesSink
+from jobs.sinks.kafka.model import KafkaSink
+from jobs.sinks.postgres.model import PostgresSink
 from jobs.spec import PipelineSpec, SpecError
 from jobs.spec.ddl import parse_schema, simple_string
-from jobs.spec.model import FilesSink, KafkaSink, KafkaSource, PostgresSink
+from jobs.spec.model import KafkaSource
 
 OK, ERROR, WARNING, INFO = "ok", "error", "warning", "info"
 
@@ -360,7 +373,7 @@ def _postgres_table(context, conn, spec: PipelineSpec, sink: PostgresSink, path,
                 continue
             if spark_type is None:
                 continue  # only Spark knows its type
-            from jobs.sinks.postgres import postgres_type
+            from jobs.sinks.postgres.store import postgres_type
 
             wanted = postgres_type(spark_type)
             (out_oid,) = conn.execute("SELECT to_regtype(%s)::oid", (wanted,)).fetchone()
@@ -515,6 +528,81 @@ def _files_sink(context: _Context, spec: PipelineSpec, sink: FilesSink, path: st
     context.add(f"{path}.path", "root writable", status, result.detail, started)
 
 
+# -- Cassandra ---------------------------------------------------------------------------------
+
+
+def _cassandra_sink(context: _Context, spec: PipelineSpec, sink: CassandraSink, path: str) -> None:
+    from jobs.sinks.cassandra import store as cassandra
+    from jobs.sinks.cassandra.connection import session
+
+    started = time.monotonic()
+    if sink.dead_letters.topic is not None:
+        _kafka_topics(
+            context,
+            sink.dead_letters.connection,
+            [(f"{path}.dead_letters.topic", sink.dead_letters.topic)],
+            "sink",
+        )
+    connection = context.connection(sink.connection)
+    if connection is None:
+        return
+    field_ = f"{path}.table"
+    try:
+        arguments = cassandra_connection_arguments(connection.settings, connection.get_secrets())
+    except ValueError as exc:
+        context.add(field_, "table", ERROR, f"connection {sink.connection!r}: {exc}", started)
+        return
+    try:
+        cass = session(arguments, context.timeout)
+    except Exception as exc:  # the cluster could not be reached or logged in to
+        context.add(
+            field_,
+            "table",
+            WARNING,
+            _unreachable(f"Cassandra ({sink.connection})", exc, connection),
+            started,
+        )
+        return
+    try:
+        table = cassandra.read_table(cass, arguments["keyspace"], sink.table)
+    except Exception as exc:  # a schema query refused (a timeout, a privilege)
+        detail = redact(f"{type(exc).__name__}: {exc}".strip(), connection.get_secrets().values())
+        context.add(field_, "table", WARNING, f"could not be checked: {detail}", started)
+        return
+    finally:
+        cass.cluster.shutdown()
+    where = f"keyspace {arguments['keyspace']!r}"
+    if table is None:
+        if sink.partition_key:
+            status, message = INFO, "it will be created from the output"
+        else:
+            status, message = ERROR, "create it, or give partition_key to create it from the output"
+        context.add(
+            field_,
+            "table",
+            status,
+            f"table {sink.table!r} does not exist in {where}: {message}",
+            started,
+        )
+        return
+    # The output's columns and types where the spec tells them (None: known only to Spark,
+    # whose writer checks them when it opens the table).
+    output = output_types(spec)
+    found = cassandra.problems(table, output, sink)
+    for _, message in found:
+        context.add(field_, "table", ERROR, message, started)
+    if not found:
+        partly = output is None or None in output.values()
+        note = " (what the transform computes is known only to Spark: checked when it runs)"
+        context.add(
+            field_,
+            "table",
+            OK,
+            f"table {sink.table!r} in {where} takes the output{note if partly else ''}",
+            started,
+        )
+
+
 SOURCE_CHECKS: dict[str, Callable[[_Context, PipelineSpec, Any], None]] = {
     "kafka": _kafka_source,
 }
@@ -522,4 +610,5 @@ SINK_CHECKS: dict[str, Callable[[_Context, PipelineSpec, Any, str], None]] = {
     "postgres": _postgres_sink,
     "kafka": _kafka_sink,
     "files": _files_sink,
+    "cassandra": _cassandra_sink,
 }

@@ -1,6 +1,6 @@
 """Dead letters, seen from the control plane: the records a pipeline could not parse, which
 its sink wrote into `_cp_dead_letters` in the sink database, in the same transaction as the
-batch's good rows (jobs.sinks.postgres). That table is the truth, so counts are exact:
+batch's good rows (jobs.sinks.postgres.store). That table is the truth, so counts are exact:
 the control plane reads it through the pipeline's sink connection (checked again against
 the connection policy, never its own database).
 
@@ -31,14 +31,16 @@ import psycopg
 from django.conf import settings
 from psycopg import sql
 
-from controlplane.connections.models import Connection
+from controlplane.connections.models import Connection, ConnectionKind
 from controlplane.connections.policy import postgres_connect_arguments
 from controlplane.definitions import audit
 from controlplane.definitions.models import AuditEntry, Pipeline
 from jobs.connections import files_root, kafka_client_config
 from jobs.kafka.metadata import metadata_consumer
 from jobs.kafka.names import internal_problem
-from jobs.sinks.postgres import DEAD_LETTERS_TABLE
+from jobs.sinks import registry
+from jobs.sinks.kind import DeadLetters
+from jobs.sinks.postgres.store import DEAD_LETTERS_TABLE
 
 log = logging.getLogger("controlplane.dead_letters")
 
@@ -47,14 +49,26 @@ COLUMNS = 'batch_id, topic, partition, "offset", raw, error, record_time, receiv
 # Kafka's legal topic names.
 TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 REDRIVE_LIMIT = 100_000  # letters per redrive request
-# A files sink's dead letters: JSON Lines under <root>/<path>/_cp_dead_letters/query=<q>/batch=<n>/.
-FILES_DEAD_LETTERS_DIR = "_cp_dead_letters"
 
 
 def first_sink(spec: dict) -> dict:
     """The sink that keeps a pipeline's dead letters: its only one, or the first of `sinks`."""
     sinks = spec.get("sinks") or [spec.get("sink") or {}]
     return sinks[0] or {}
+
+
+def place(spec: dict) -> DeadLetters:
+    """Where a pipeline's dead letters are kept: its first sink's kind says
+    (jobs.sinks.<kind>.spec.dead_letters)."""
+    sink = first_sink(spec)
+    return registry.of(sink).dead_letters(sink)
+
+
+def dead_letter_topic(spec: dict) -> str | None:
+    """The topic a pipeline's dead letters are records of, if they are (else None: in a sink
+    database's table, counted and browsed here, or files)."""
+    where = place(spec)
+    return where.where if where.store == IN_TOPIC else None
 
 
 class Unavailable(Exception):
@@ -80,17 +94,39 @@ def files_dead_letters_dir(pipeline: Pipeline) -> str | None:
     """Where a pipeline whose first sink writes files keeps its dead letters,
     `<root>/<path>/_cp_dead_letters/` (the root said in words when the connection is gone
     or its root is not valid any more), else None."""
-    sink = first_sink(pipeline.spec or {})
-    if sink.get("kind") != "files":
+    where = place(pipeline.spec or {})
+    if where.store != IN_FILES:
         return None
-    name = sink.get("connection")
+    name = where.connection
     connection = pipeline.connections.filter(name=name).first()
     try:
         root = files_root(connection.settings) if connection is not None else None
     except ValueError:
         root = None
     root = root or f"<the root of connection {name!r}>"
-    return f"{root}/{sink.get('path')}/{FILES_DEAD_LETTERS_DIR}/"
+    return f"{root}/{where.where}/"
+
+
+def _in_files(pipeline: Pipeline, where: DeadLetters) -> Elsewhere:
+    return InFiles(
+        f"this pipeline writes files: its dead letters are JSON Lines files under"
+        f" {files_dead_letters_dir(pipeline)} (a directory per query and batch:"
+        " <query id>/<batch id>/), written with their batch"
+    )
+
+
+def _in_topic(pipeline: Pipeline, where: DeadLetters) -> Elsewhere:
+    return InTopic(
+        f"this pipeline's dead letters are the records of topic {where.where!r} (as they"
+        " arrived, with headers cp-error, cp-source-topic, cp-source-partition and"
+        " cp-source-offset), written exactly once with their batch; read them with a"
+        " read_committed consumer"
+    )
+
+
+# Where dead letters are kept outside a sink database's table, and what is answered then.
+IN_TABLE, IN_TOPIC, IN_FILES = "table", "topic", "files"  # DeadLetters.store
+_ELSEWHERE = {IN_FILES: _in_files, IN_TOPIC: _in_topic}
 
 
 class BadFilter(ValueError):
@@ -166,21 +202,11 @@ def _moment(raw: str) -> datetime | None:
 
 
 def _sink_connection(pipeline: Pipeline) -> Connection:
-    sink = first_sink(pipeline.spec)
-    if sink.get("kind") == "files":
-        raise InFiles(
-            f"this pipeline writes files: its dead letters are JSON Lines files under"
-            f" {files_dead_letters_dir(pipeline)} (a directory per query and batch:"
-            " <query id>/<batch id>/), written with their batch"
-        )
-    if sink.get("kind") == "kafka":
-        raise InTopic(
-            f"this pipeline writes to Kafka: its dead letters are the records of topic"
-            f" {sink.get('dead_letter_topic')!r} (as they arrived, with headers cp-error,"
-            " cp-source-topic, cp-source-partition and cp-source-offset), written exactly"
-            " once with their batch; read them with a read_committed consumer"
-        )
-    name = sink["connection"]
+    where = place(pipeline.spec)
+    elsewhere = _ELSEWHERE.get(where.store)
+    if elsewhere is not None:
+        raise elsewhere(pipeline, where)
+    name = where.connection
     try:
         return pipeline.connections.get(name=name)
     except Connection.DoesNotExist:
@@ -327,14 +353,14 @@ def counts(pipelines: list[Pipeline]) -> dict[int, dict]:
     leaves its pipelines out."""
     by_connection: dict[str, list[Pipeline]] = defaultdict(list)
     for pipeline in pipelines:
-        sink = first_sink(pipeline.spec or {})
-        if sink.get("connection"):
-            by_connection[sink["connection"]].append(pipeline)
+        where = place(pipeline.spec or {})
+        if where.store == IN_TABLE and where.connection:
+            by_connection[where.connection].append(pipeline)
     known = {c.name: c for c in Connection.objects.filter(name__in=list(by_connection))}
     out: dict[int, dict] = {}
     for name, members in by_connection.items():
         connection = known.get(name)
-        if connection is None or connection.kind != "postgres":
+        if connection is None or connection.kind != ConnectionKind.POSTGRES:
             continue
         found = {}
         try:

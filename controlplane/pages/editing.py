@@ -22,6 +22,7 @@ from controlplane.connections.models import Connection, ConnectionKind
 from controlplane.connections.serializers import ConnectionSerializer
 from controlplane.definitions import audit, preflight, services
 from controlplane.definitions.models import AUTO, DEDICATED, Pipeline, SparkApplication
+from jobs.sinks import registry
 from jobs.spec import SpecError
 
 from . import forms
@@ -56,18 +57,17 @@ def _preflight_errors(request, spec_data) -> dict[str, list[str]]:
 
 
 def _pipeline_form(request, *, pipeline, values, errors, status=200):
-    kafka = Connection.objects.filter(kind=ConnectionKind.KAFKA).values_list("name", flat=True)
-    postgres = Connection.objects.filter(kind=ConnectionKind.POSTGRES).values_list(
-        "name", flat=True
-    )
-    files = Connection.objects.filter(kind=ConnectionKind.FILES).values_list("name", flat=True)
+    by_kind: dict[str, list[str]] = {}
+    for kind, name in Connection.objects.values_list("kind", "name"):
+        by_kind.setdefault(kind, []).append(name)
     placements = [DEDICATED, AUTO, *SparkApplication.objects.values_list("name", flat=True)]
     chosen = values.get("placement") or ""
     if chosen and chosen not in placements:  # e.g. an application deleted since: shown
         placements.append(chosen)
     choices = {
-        "source_connection": list(kafka),
-        "sink_connection": [*postgres, *kafka, *files],
+        "source_connection": by_kind.get(ConnectionKind.KAFKA, []),
+        # Connections of the kinds sinks write through (jobs.sinks.registry), kind by kind.
+        "sink_connection": [n for k in registry.connection_kinds() for n in by_kind.get(k, [])],
         "placement": placements,
     }
     fields = []

@@ -17,9 +17,11 @@ from typing import Any
 
 from controlplane import bounded_json
 from jobs.connections import SASL_MECHANISMS, SECRET_FIELDS, SECURITY_PROTOCOLS
+from jobs.sinks import registry
 
 GENERAL = "__all__"  # problems that belong to no single field
 NOT_SPEC = ("name", "description", "placement")  # pipeline fields outside its spec
+DEFAULT_SINK = registry.DEFAULT  # what a sink without a kind is
 
 
 @dataclass(frozen=True)
@@ -38,8 +40,26 @@ class Field:
     owns: tuple[str, ...] = ()
 
 
+def _sink_fields() -> list[Field]:
+    """Each sink kind's own inputs (jobs.sinks.<kind>.spec.FORM), shown for that kind."""
+    return [
+        Field(
+            f.name,
+            f"sink.{f.path}",
+            f.label,
+            f.type,
+            f.help,
+            f.choices,
+            sink=kind.name,
+            labels=f.labels,
+        )
+        for kind in registry.KINDS.values()
+        for f in kind.form
+    ]
+
+
 RESTART_KINDS = ("exponential-delay", "fixed-delay", "failure-rate", "none")
-SINK_KINDS = ("postgres", "kafka", "files")
+SINK_KINDS = registry.names()
 STATE_STORES = ("rocksdb", "hdfs")  # the first: what the spec's null means
 # Inputs of the form's "Event time and state" section (the spec's source.watermark,
 # source.deduplicate and state_store).
@@ -213,113 +233,11 @@ PIPELINE_FIELDS = [
         "sink.kind",
         "Sink",
         "select",
-        "postgres: a table, one transaction per batch; kafka: a topic, Kafka transactions;"
-        " files: Parquet, JSON or Avro files under a directory, only finished files visible",
+        "; ".join(k.summary for k in registry.KINDS.values()),
         choices=SINK_KINDS,
     ),
     Field("sink_connection", "sink.connection", "Sink connection", "select"),
-    Field(
-        "table",
-        "sink.table",
-        "Table",
-        help="table or schema.table; created if missing",
-        sink="postgres",
-    ),
-    Field("mode", "sink.mode", "Mode", "select", choices=("append", "upsert"), sink="postgres"),
-    Field(
-        "key", "sink.key", "Key columns", "list", "upsert only; comma-separated", sink="postgres"
-    ),
-    Field(
-        "sink_topic", "sink.topic", "Topic", help="must exist on the sink's cluster", sink="kafka"
-    ),
-    Field(
-        "record_key",
-        "sink.key",
-        "Record key (optional)",
-        help="a Spark SQL expression over the output columns, e.g. delivery_id; empty: no key",
-        sink="kafka",
-    ),
-    Field(
-        "record_value",
-        "sink.value",
-        "Record value (optional)",
-        help="a Spark SQL expression, e.g. named_struct('id', id, 'n', n), written as JSON;"
-        " empty: every output column as a JSON object",
-        sink="kafka",
-    ),
-    Field(
-        "record_headers",
-        "sink.headers",
-        "Headers (optional)",
-        "json",
-        '{"header name": "SQL expression"}, e.g. {"origin": "\'orders\'"}',
-        sink="kafka",
-    ),
-    Field(
-        "dead_letter_topic",
-        "sink.dead_letter_topic",
-        "Dead-letter topic",
-        help="records that do not parse, as they arrived; empty: <topic>.dead-letters",
-        sink="kafka",
-    ),
-    Field(
-        "transaction_timeout_seconds",
-        "sink.transaction_timeout_seconds",
-        "Transaction timeout (s)",
-        "number",
-        "10 to 900; a killed writer's open transaction holds read_committed readers this long"
-        " at most",
-        sink="kafka",
-    ),
-    Field(
-        "files_path",
-        "sink.path",
-        "Path",
-        help="directories under the connection's root, e.g. sales/orders: the finished files"
-        " go there (no other pipeline may write there or in a directory inside it)",
-        sink="files",
-    ),
-    Field(
-        "files_format",
-        "sink.format",
-        "File format",
-        "select",
-        choices=("parquet", "json", "avro"),
-        sink="files",
-    ),
-    Field(
-        "partition_by",
-        "sink.partition_by",
-        "Partition by (optional)",
-        "list",
-        "output columns, comma-separated, at most 4: written as directories col=value/",
-        sink="files",
-    ),
-    Field(
-        "target_file_mb",
-        "sink.target_file_mb",
-        "Target file size (MB)",
-        "number",
-        "1 to 4096 (empty: 128): a file is finished when its rows reach this size, when its"
-        " oldest row waited the max age or when no row came for the inactivity time",
-        sink="files",
-    ),
-    Field(
-        "max_file_age_seconds",
-        "sink.max_file_age_seconds",
-        "Max file age (s)",
-        "number",
-        "empty: 900; at most 7 days: a file is finished once its oldest row waited this long",
-        sink="files",
-    ),
-    Field(
-        "inactivity_seconds",
-        "sink.inactivity_seconds",
-        "Inactivity (s)",
-        "number",
-        "empty: 300; at most 7 days: a file is finished when no row came for this long",
-        sink="files",
-    ),
+    *_sink_fields(),
     Field(
         "sinks",
         "sinks",
@@ -401,7 +319,48 @@ FILES_FIELDS = [
         " from the cluster's Hadoop configuration, never from here",
     ),
 ]
-CONNECTION_FIELDS = {"kafka": KAFKA_FIELDS, "postgres": POSTGRES_FIELDS, "files": FILES_FIELDS}
+CASSANDRA_FIELDS = [
+    Field(
+        "contact_points",
+        "settings.contact_points",
+        "Contact points",
+        "list",
+        "host:port, comma-separated (port 9042 when left out)",
+    ),
+    Field("local_datacenter", "settings.local_datacenter", "Local data centre"),
+    Field(
+        "keyspace",
+        "settings.keyspace",
+        "Keyspace",
+        help="where the sinks' tables are (it must exist; never one of Cassandra's own)",
+    ),
+    Field("username", "settings.username", "Username"),
+    Field("password", "secrets.password", "Password", "secret"),
+    Field("tls", "settings.tls", "TLS", "select", choices=("", "true", "false")),
+    Field(
+        "ssl_cafile",
+        "settings.ssl_cafile",
+        "CA file",
+        help="in the certificate directory an admin allows (CONTROLPLANE_CERT_DIR)",
+    ),
+    Field("ssl_certfile", "settings.ssl_certfile", "Client certificate file"),
+    Field("ssl_keyfile", "settings.ssl_keyfile", "Client key file"),
+    Field(
+        "ssl_check_hostname",
+        "settings.ssl_check_hostname",
+        "Check the nodes' host names",
+        "select",
+        choices=("", "true", "false"),
+    ),
+]
+CONNECTION_FIELDS = {
+    "kafka": KAFKA_FIELDS,
+    "postgres": POSTGRES_FIELDS,
+    "files": FILES_FIELDS,
+    "cassandra": CASSANDRA_FIELDS,
+}
+# Settings chosen as true or false (a select: empty leaves the default).
+_BOOLEAN_SELECTS = ("ssl_check_hostname", "tls")
 CONNECTION_COMMON = [
     Field("name", "name", "Name", help="pipelines refer to it by this name; cannot change later"),
     Field("kind", "kind", "Kind", "select", choices=tuple(CONNECTION_FIELDS)),
@@ -464,7 +423,7 @@ def _value(f: Field, raw: Any, parsed: Parsed) -> Any:
         except ValueError as exc:
             parsed.error(f.name, f"not a word or JSON: {exc}")
             return None
-    if f.name == "ssl_check_hostname":
+    if f.name in _BOOLEAN_SELECTS:
         return text == "true"
     return text
 
@@ -475,8 +434,8 @@ def pipeline_from_form(post: dict[str, Any], current_spec: dict | None) -> Parse
     spec = copy.deepcopy(current_spec) if current_spec else {}
     parsed = Parsed({"spec": spec})
     kind = (post.get("restart_kind") or "").strip() or None
-    sink_kind = (post.get("sink_kind") or "").strip() or _get(spec, "sink.kind") or "postgres"
-    if isinstance(spec.get("sink"), dict) and spec["sink"].get("kind", "postgres") != sink_kind:
+    sink_kind = (post.get("sink_kind") or "").strip() or _get(spec, "sink.kind") or DEFAULT_SINK
+    if isinstance(spec.get("sink"), dict) and spec["sink"].get("kind", DEFAULT_SINK) != sink_kind:
         spec["sink"] = {}  # another kind of sink: none of the old one's fields apply
     several = (post.get("sinks") or "").strip() != ""
     spec.pop("sink" if several else "sinks", None)
@@ -549,7 +508,7 @@ def pipeline_values(
     """The form's inputs for a stored pipeline (its canonical spec)."""
     values: dict[str, Any] = {"name": name, "description": description, "placement": placement}
     kind = _get(spec, "restart_policy.kind")
-    sink_kind = _get(spec, "sink.kind") or "postgres"
+    sink_kind = _get(spec, "sink.kind") or DEFAULT_SINK
     for f in PIPELINE_FIELDS:
         if f.path in NOT_SPEC:
             continue
@@ -631,7 +590,7 @@ def place_errors(
     by_path = {}
     owned = set()
     for f in fields:
-        if (not f.group or f.group == group) and (not f.sink or f.sink == (sink or "postgres")):
+        if (not f.group or f.group == group) and (not f.sink or f.sink == (sink or DEFAULT_SINK)):
             by_path.setdefault(f.path, f.name)
             for path in f.owns:
                 by_path.setdefault(path, f.name)

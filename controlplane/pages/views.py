@@ -171,13 +171,6 @@ def _state(pipeline: Pipeline, now) -> dict:
     }
 
 
-def _dead_letter_topic(spec: dict) -> str | None:
-    """Where a pipeline whose first sink is Kafka keeps its dead letters (else None: in its
-    sink database, counted and browsed here)."""
-    sink = dead_letters.first_sink(spec)
-    return sink.get("dead_letter_topic") if sink.get("kind") == "kafka" else None
-
-
 def _offsets_text(offsets: dict | None) -> str:
     """{topic: {partition: offset}} as `topic/partition: offset · ...`."""
     return " · ".join(
@@ -265,7 +258,7 @@ def _now_context(request, pipeline: Pipeline, now) -> dict:
         "p": pipeline,
         "figures": metrics.stored(pipeline, now),
         **_state(pipeline, now),
-        "dead_letter_topic": _dead_letter_topic(pipeline.spec),
+        "dead_letter_topic": dead_letters.dead_letter_topic(pipeline.spec),
         "dead_letter_dir": dead_letters.files_dead_letters_dir(pipeline),
         "can_operate": has_role(request.user, OPERATOR),
         "collect_seconds": settings.CONTROLPLANE_COLLECT_SECONDS,

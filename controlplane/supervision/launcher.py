@@ -25,6 +25,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pyspark
@@ -37,6 +38,7 @@ from jobs import hadoop
 from jobs.connections import kafka_client_config
 from jobs.files import write_private
 from jobs.jvm import driver_conf, spark_jars
+from jobs.spec import parse_spec
 from jobs.supervise import write_json
 
 from . import offsets
@@ -123,8 +125,9 @@ def run_config(pipeline: Pipeline, run: Run, run_dir: Path, token: str) -> dict:
         # An operator reset its offsets: the new checkpoint starts there.
         spec = {**spec, "source": {**spec["source"], "starting_offsets": reset}}
     source = pipeline.connections.get(name=spec["source"]["connection"])
-    sinks = spec.get("sinks") or [spec["sink"]]
-    sink_configs = [sink_config(pipeline, sink) for sink in sinks]
+    # The spec as stored (validated then); a definition stored by an earlier version that
+    # this one refuses fails the launch here, naming the field (a permanent failure).
+    sink_configs = [sink_config(pipeline, sink) for sink in parse_spec(spec).all_sinks()]
     first = sink_configs[0]
     return {
         "pipeline": pipeline.name,
@@ -149,15 +152,15 @@ def run_config(pipeline: Pipeline, run: Run, run_dir: Path, token: str) -> dict:
     }
 
 
-def sink_config(pipeline: Pipeline, sink: dict) -> dict:
-    """One sink's connection arguments: {"postgres": ...}, {"kafka": ...} or
-    {"files": {"root": URI}}."""
-    connection = pipeline.connections.get(name=sink["connection"])
-    if sink.get("kind") == "kafka":
-        return {"kafka": kafka_client_config(connection.settings, connection.get_secrets())}
-    if sink.get("kind") == "files":
-        return {"files": {"root": sink_files_root(connection)}}
-    return {"postgres": sink_conninfo(connection)}
+def sink_config(pipeline: Pipeline, sink: Any) -> dict:
+    """One sink's connection arguments, each connection it writes through under its kind:
+    {"postgres": psycopg arguments}, {"kafka": client arguments}, {"files": {"root": URI}},
+    {"cassandra": ..., "kafka": ...} (a cassandra sink and its dead letters' topic)..."""
+    out = {}
+    for name in sink.connection_names():
+        connection = pipeline.connections.get(name=name)
+        out[connection.kind] = DRIVER_ARGUMENTS[connection.kind](connection)
+    return out
 
 
 def sink_files_root(sink) -> str:
@@ -625,3 +628,30 @@ def alive(run: Run) -> bool | None:
     if not run.pid or (run.host and run.host != this_host()):
         return None
     return _supervisor(run) is not None
+
+
+def _kafka_arguments(connection) -> dict:
+    return kafka_client_config(connection.settings, connection.get_secrets())
+
+
+def _cassandra_arguments(connection) -> dict:
+    from controlplane.connections.policy import cassandra_connection_arguments
+
+    try:
+        return cassandra_connection_arguments(connection.settings, connection.get_secrets())
+    except ValueError as exc:
+        raise SinkRefused(f"SinkRefused: connection {connection.name!r}: {exc}") from None
+
+
+def _files_arguments(connection) -> dict:
+    return {"root": sink_files_root(connection)}
+
+
+# What a driver is given to reach a connection of each kind (secrets included: the run
+# configuration is 0600), checked again against the policy at every launch.
+DRIVER_ARGUMENTS = {
+    "kafka": _kafka_arguments,
+    "postgres": sink_conninfo,
+    "files": _files_arguments,
+    "cassandra": _cassandra_arguments,
+}

@@ -109,58 +109,10 @@ class Transform:
     output_mode: OutputMode | None = None
 
 
-@dataclass(frozen=True)
-class PostgresSink:
-    """Each micro-batch is written in one transaction with its commit marker."""
-
-    connection: str
-    table: str
-    mode: Literal["append", "upsert"] = "append"
-    key: tuple[str, ...] = ()
-    kind: Literal["postgres"] = "postgres"
-
-
-@dataclass(frozen=True)
-class KafkaSink:
-    """Each Spark task writes its records in one Kafka transaction with its commit marker
-    (jobs.sinks.kafka): exactly once for `read_committed` consumers."""
-
-    connection: str
-    topic: str
-    # Spark SQL expressions over the output columns: the record key (none: no key), the value
-    # (none: every output column, as a JSON object), and headers by name.
-    key: str | None = None
-    value: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-    format: Literal["json"] = "json"
-    # Records that do not parse, as they arrived (the canonical form names the default,
-    # "<topic>.dead-letters"); the topic must exist, like `topic`.
-    dead_letter_topic: str | None = None
-    # How long a partition's transaction may stay open before the broker aborts it (a killed
-    # writer's transaction holds `read_committed` readers back until its restart or this).
-    transaction_timeout_seconds: int = 120
-    kind: Literal["kafka"] = "kafka"
-
-
-@dataclass(frozen=True)
-class FilesSink:
-    """Rows staged per batch, rolled into finished files by size, age and inactivity
-    (jobs.sinks.files): only finished files are visible to readers, every row once."""
-
-    connection: str  # a files connection: the root every path is under
-    path: str  # relative to the connection's root: where the finished files go
-    format: Literal["parquet", "json", "avro"] = "parquet"
-    # Output columns written as Hive-style directories (col=value/), in this order.
-    partition_by: tuple[str, ...] = ()
-    # The rolling policy: a file is finished when its rows reach the target size, when its
-    # oldest row has waited max_file_age_seconds, or when no row came for inactivity_seconds.
-    target_file_mb: int = 128
-    max_file_age_seconds: float = 900.0
-    inactivity_seconds: float = 300.0
-    kind: Literal["files"] = "files"
-
-
-Sink = PostgresSink | KafkaSink | FilesSink
+# A sink: the dataclass of its kind (jobs.sinks.<kind>.model). The spec does not know which
+# kinds there are: the registry does (jobs.sinks.registry.sink_union(), the union of their
+# models, which the JSON Schema is built from).
+Sink = Any
 
 
 @dataclass(frozen=True)
@@ -242,7 +194,10 @@ class PipelineSpec:
         return self.sinks or (self.sink,)
 
     def connection_names(self) -> set[str]:
-        return {self.source.connection, *(s.connection for s in self.all_sinks())}
+        return {
+            self.source.connection,
+            *(n for s in self.all_sinks() for n in s.connection_names()),
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """The canonical JSON form: every default spelled out, keys in a stable order; the

@@ -16,63 +16,26 @@ import types
 import typing
 from typing import Any, Literal
 
+from ..sinks import registry
 from . import model
 from .avro import FRAMINGS
+from .fields import MAX_DELAY_SECONDS, TOPIC_RE
+from .fragments import (
+    KAFKA_INTERNAL,
+    SOURCE_COLUMN,
+    SQL,
+    TOPIC,
+    connection,
+)
 from .validate import (
     _GROUP_ID,
-    FILES_PATH_SEGMENT_RE,
-    HEADER_NAME_RE,
-    IDENTIFIER_RE,
-    MAX_DELAY_SECONDS,
     MAX_MIN_PARTITIONS,
-    MAX_PARTITION_COLUMNS,
     MAX_SINKS,
-    MAX_TARGET_FILE_MB,
-    MAX_TRANSACTION_TIMEOUT_SECONDS,
     OUTPUT_MODES,
-    PARTITION_COLUMN_RE,
     READERS,
     STATE_STORES,
-    TOPIC_RE,
 )
 
-# Names starting with __ are Kafka's own (jobs.kafka.names): a string of that form, never null.
-KAFKA_INTERNAL = {"type": "string", "pattern": "^__"}
-TOPIC = {
-    "type": "string",
-    "pattern": TOPIC_RE.pattern,
-    "not": {"anyOf": [{"enum": [".", ".."]}, KAFKA_INTERNAL]},
-}
-# A files sink's path: 1-16 directories (each as the validator allows), trailing "/" ignored.
-_SEGMENT = FILES_PATH_SEGMENT_RE.pattern.strip("^$")
-FILES_PATH = {
-    "type": "string",
-    "pattern": f"^{_SEGMENT}(/{_SEGMENT}){{0,15}}/*$",
-    "maxLength": 512,
-    "description": "directories under the connection's root, e.g. sales/orders",
-}
-_DURATION = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_DELAY_SECONDS}
-SQL = {"type": "string", "minLength": 1}
-# String formats (annotations: validators ignore them) that say what a string holds, so that
-# client generators and fuzzers can produce values parse_spec accepts (tests/api/test_fuzz.py
-# gives schemathesis a strategy for each): a Spark DDL schema, one Spark SQL query, one SQL
-# expression, an Avro schema as JSON text, the name of a connection of a kind, an output column,
-# a column of the source schema, a TIMESTAMP column of it (event time).
-EXPRESSION = {**SQL, "format": "spark-sql-expression"}
-# A column of the source schema (its DDL may name columns in any case: matched ignoring it).
-SOURCE_COLUMN = {"type": "string", "minLength": 1, "pattern": "\\S", "format": "source-column"}
-
-
-def _connection(kind: str) -> dict[str, Any]:
-    return {
-        "type": "string",
-        "minLength": 1,
-        "format": f"{kind}-connection",
-        "description": f"the name of a {kind} connection",
-    }
-
-
-COLUMN = {"type": "string", "pattern": IDENTIFIER_RE.pattern, "format": "column-name"}
 _AVRO_NAME = {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,62}$"}
 # The object form of an Avro record schema, as far as JSON Schema can say it (fields of
 # primitive types; the JSON text form takes any record schema fastavro accepts).
@@ -117,10 +80,7 @@ _FIELDS: dict[tuple[type, str], dict[str, Any]] = {
         " values, derived from avro_schema (leave it out)",
     },
     (model.KafkaSource, "format"): {"enum": ["json", "avro"]},
-    (model.KafkaSource, "connection"): _connection("kafka"),
-    (model.PostgresSink, "connection"): _connection("postgres"),
-    (model.KafkaSink, "connection"): _connection("kafka"),
-    (model.FilesSink, "connection"): _connection("files"),
+    (model.KafkaSource, "connection"): connection("kafka"),
     (model.KafkaSource, "avro_schema"): {
         "anyOf": [{"type": "string", "format": "avro-schema"}, AVRO_RECORD, {"type": "null"}],
         "description": "Avro only: the writers' record schema (JSON text or object)",
@@ -200,54 +160,6 @@ _FIELDS: dict[tuple[type, str], dict[str, Any]] = {
         "description": "columns of the source schema: a record whose key was seen within the "
         "watermark is dropped",
     },
-    (model.PostgresSink, "table"): {
-        "type": "string",
-        "pattern": "^{0}(\\.{0})?$".format(IDENTIFIER_RE.pattern.strip("^$")),
-    },
-    (model.PostgresSink, "mode"): {"enum": ["append", "upsert"]},
-    (model.PostgresSink, "key"): {
-        "type": "array",
-        "items": COLUMN,
-        "uniqueItems": True,
-    },
-    (model.KafkaSink, "topic"): TOPIC,
-    (model.KafkaSink, "dead_letter_topic"): {
-        "type": ["string", "null"],
-        "pattern": TOPIC_RE.pattern,
-        "not": KAFKA_INTERNAL,
-    },
-    (model.KafkaSink, "key"): {"anyOf": [EXPRESSION, {"type": "null"}]},
-    (model.KafkaSink, "value"): {"anyOf": [EXPRESSION, {"type": "null"}]},
-    (model.KafkaSink, "headers"): {
-        "type": "object",
-        "propertyNames": {"pattern": HEADER_NAME_RE.pattern, "not": {"pattern": "^[cC][pP]-"}},
-        "additionalProperties": EXPRESSION,
-    },
-    (model.KafkaSink, "transaction_timeout_seconds"): {
-        "type": "integer",
-        "minimum": 10,
-        "maximum": MAX_TRANSACTION_TIMEOUT_SECONDS,
-    },
-    (model.FilesSink, "path"): FILES_PATH,
-    (model.FilesSink, "format"): {"enum": ["parquet", "json", "avro"]},
-    (model.FilesSink, "partition_by"): {
-        "type": "array",
-        "items": {
-            "type": "string",
-            "pattern": PARTITION_COLUMN_RE.pattern,
-            "format": "column-name",
-        },
-        "maxItems": MAX_PARTITION_COLUMNS,
-        "uniqueItems": True,
-        "description": "output columns written as directories col=value/, in this order",
-    },
-    (model.FilesSink, "target_file_mb"): {
-        "type": "integer",
-        "minimum": 1,
-        "maximum": MAX_TARGET_FILE_MB,
-    },
-    (model.FilesSink, "max_file_age_seconds"): _DURATION,
-    (model.FilesSink, "inactivity_seconds"): _DURATION,
     (model.Trigger, "interval_seconds"): {"type": "number", "minimum": 0, "maximum": 86400},
     (model.FixedDelay, "attempts"): {"type": "integer", "minimum": 0},
     (model.FailureRate, "max_failures"): {"type": "integer", "minimum": 1},
@@ -288,6 +200,10 @@ _DESCRIPTIONS: dict[tuple[type, str], str] = {
 _DELAY = {"type": "number", "minimum": 0, "maximum": MAX_DELAY_SECONDS}
 for _policy in (model.FixedDelay, model.FailureRate):
     _FIELDS[(_policy, "delay_seconds")] = _DELAY
+# Each sink kind's fields (jobs.sinks.<kind>.spec.schema).
+_FIELDS.update(
+    {(k.model, name): value for k in registry.KINDS.values() for name, value in k.schema().items()}
+)
 # Fields the spec may leave out although the dataclass has no default (filled in by parse).
 _OPTIONAL = {(model.KafkaSource, "schema"), (model.PipelineSpec, "sink")}
 
@@ -342,7 +258,7 @@ def _define(cls: type, defs: dict[str, Any]) -> None:
     if name in defs:
         return
     defs[name] = {}  # a placeholder: recursive references end here
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, localns={"Sink": registry.sink_union()})
     properties: dict[str, Any] = {}
     required: list[str] = []
     for f in dataclasses.fields(cls):
@@ -362,8 +278,8 @@ def _define(cls: type, defs: dict[str, Any]) -> None:
     if "kind" in properties:
         kind = typing.get_args(hints["kind"])[0]
         properties["kind"] = {"const": kind, "default": kind}
-        if cls is not model.KafkaSource and cls is not model.PostgresSink:
-            required.append("kind")  # restart policies and the Kafka sink say which they are
+        if cls is not model.KafkaSource and cls is not registry.kind(registry.DEFAULT).model:
+            required.append("kind")  # restart policies and other sinks say which they are
     defs[name] = {
         "type": "object",
         "title": name,
@@ -391,15 +307,9 @@ def _define(cls: type, defs: dict[str, Any]) -> None:
             },
             avro_required=["format", "avro_schema"],
         )
-    if cls is model.PostgresSink:
-        # Append takes no key columns; upsert needs them.
-        defs[name] = _variants(
-            defs[name],
-            append={"mode": {"const": "append", "default": "append"}, "key": {"maxItems": 0}},
-            append_required=[],
-            upsert={"mode": {"const": "upsert"}, "key": {"minItems": 1}},
-            upsert_required=["mode", "key"],
-        )
+    variants = next((k.schema_variants for k in registry.KINDS.values() if k.model is cls), None)
+    if variants is not None:
+        defs[name] = _variants(defs[name], **variants())
 
 
 def _variants(base: dict[str, Any], **variants: Any) -> dict[str, Any]:

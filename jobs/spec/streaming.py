@@ -248,13 +248,29 @@ def _key_columns(select: exp.Select, group: list[exp.Expr], source_view: str) ->
     for projection in select.expressions:
         name = projection.alias_or_name.lower()
         value = projection.this if isinstance(projection, exp.Alias) else projection
+        # A window's start (or end) stands for its window: window(at, '1 hour').start AS hour
+        # keys the group as the window itself does (a sink that cannot hold a struct).
+        bound = _window_bound(value)
         for i, item in enumerate(group):
-            if _canonical(value, qualifiers) == items[i] or _same_group_item(
-                value, item, projection
+            if (
+                _canonical(value, qualifiers) == items[i]
+                or _same_group_item(value, item, projection)
+                or (bound is not None and _canonical(bound, qualifiers) == items[i])
             ):
                 out[name] = i
                 break
     return out
+
+
+def _window_bound(node: exp.Expr) -> exp.Expr | None:
+    """The window() (or session_window()) call whose `.start` or `.end` `node` is, if any."""
+    if (
+        isinstance(node, exp.Dot)
+        and node.name.lower() in ("start", "end")
+        and call_name(node.this) in ("window", "session_window")
+    ):
+        return node.this
+    return None
 
 
 def _canonical(node: exp.Expr, qualifiers: set[str]) -> str:

@@ -6,199 +6,51 @@ Operators fix a spec faster when they see all its problems at once, each named b
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
-from ..failures import DefinitionError
 from ..kafka.names import internal_problem
-from . import locations
 from .avro import FRAMINGS, AvroSchemaError, avro_to_ddl
 from .ddl import ArrayType, DDLError, MapType, StructType, parse_schema, to_ddl
+from .fields import (
+    LONG_MAX,
+    MAX_DELAY_SECONDS,
+    FieldError,
+    Section,
+    SpecError,
+    is_topic_name,
+)
+from .fields import check_connection as _check_connection
+from .fields import names as _names
+from .fields import not_output as _not_output
+from .fields import output_columns_of as _output_columns
 from .model import (
     Deduplicate,
     ExponentialDelay,
     FailureRate,
-    FilesSink,
     FixedDelay,
-    KafkaSink,
     KafkaSource,
     NoRestart,
     PipelineSpec,
-    PostgresSink,
     Transform,
     Trigger,
     Watermark,
 )
 from .sql import (
     SQLError,
-    check_expression,
     check_transform_sql,
-    expression_columns,
-    output_columns,
 )
 from .streaming import stream_shape
 
-# The largest whole number a spec may hold: Java's Long.MAX_VALUE (Kafka offsets, Spark options).
-LONG_MAX = 2**63 - 1
 
-# Postgres identifiers we create and quote ourselves: lower case, no quoting surprises, < 64 bytes.
-IDENTIFIER_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-# A files sink's path under its connection's root: relative, segments that start with a letter
-# or digit (never "..", and never hidden: readers skip names starting with "_" or ".").
-FILES_PATH_SEGMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-# Partition columns become directory names (col=value): no quoting, never hidden.
-PARTITION_COLUMN_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
-MAX_PARTITION_COLUMNS = 4
-MAX_TARGET_FILE_MB = 4096
-# Kafka's own rule for topic names.
-TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-MAX_DELAY_SECONDS = 7 * 24 * 3600
+def _registry():
+    """The sink kinds (jobs.sinks.registry), imported when first asked for: each kind's own
+    parser reads this package's modules, so the registry is not imported with them."""
+    from ..sinks import registry
 
-
-@dataclass(frozen=True)
-class FieldError:
-    field: str
-    message: str
-
-
-class SpecError(DefinitionError, ValueError):
-    """A spec with one or more problems; `errors` names each field and what is wrong."""
-
-    def __init__(self, errors: list[FieldError]):
-        self.errors = errors
-        super().__init__("; ".join(f"{e.field}: {e.message}" for e in errors))
-
-    def as_dict(self, prefix: str = "") -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for e in self.errors:
-            out.setdefault(prefix + e.field, []).append(e.message)
-        return out
-
-
-_MISSING = object()
-
-
-class Section:
-    """Reads one JSON object, recording problems instead of raising on the first."""
-
-    def __init__(self, errors: list[FieldError], path: str, data: Any, allowed: set[str]):
-        self.errors = errors
-        self.path = path
-        self.ok = True
-        if not isinstance(data, Mapping):
-            self.error("", f"must be an object, got {_type_name(data)}")
-            data = {}
-        self.data = data
-        for key in sorted(set(data) - allowed):
-            self.error(str(key), "unknown field")
-
-    def at(self, name: str) -> str:
-        if not name:
-            return self.path
-        return f"{self.path}.{name}" if self.path else name
-
-    def error(self, name: str, message: str) -> None:
-        self.ok = False
-        self.errors.append(FieldError(self.at(name), message))
-
-    def get(self, name: str, default: Any = _MISSING) -> Any:
-        if name in self.data and self.data[name] is not None:
-            return self.data[name]
-        if default is _MISSING:
-            self.error(name, "is required")
-            return None
-        return default
-
-    def string(self, name: str, default: Any = _MISSING, *, choices: tuple[str, ...] = ()) -> Any:
-        value = self.get(name, default)
-        if value is None or value is default:
-            return value
-        if not isinstance(value, str) or not value.strip():
-            self.error(name, "must be a non-empty string")
-            return None
-        if choices and value not in choices:
-            self.error(name, f"must be one of {', '.join(choices)}; got {value!r}")
-            return None
-        return value
-
-    def integer(
-        self,
-        name: str,
-        default: Any = _MISSING,
-        *,
-        minimum: int | None = None,
-        maximum: int | None = None,
-    ) -> Any:
-        value = self.get(name, default)
-        if value is None or value is default:
-            return value
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)
-            else:
-                self.error(name, f"must be a whole number, got {value!r}")
-                return None
-        if minimum is not None and value < minimum:
-            self.error(name, f"must be at least {minimum}, got {value}")
-            return None
-        # Whole numbers end up in the JVM (Kafka and Spark options are longs): never beyond
-        # a signed 64-bit integer, whatever the field's own maximum.
-        maximum = LONG_MAX if maximum is None else min(maximum, LONG_MAX)
-        if value > maximum:
-            self.error(name, f"must be at most {maximum}, got {value}")
-            return None
-        return value
-
-    def number(
-        self,
-        name: str,
-        default: Any = _MISSING,
-        *,
-        minimum: float = 0.0,
-        exclusive_minimum: bool = False,
-        maximum: float | None = None,
-    ) -> Any:
-        value = self.get(name, default)
-        if value is None or value is default:
-            return value
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            self.error(name, f"must be a number, got {value!r}")
-            return None
-        if value < minimum or (exclusive_minimum and value == minimum):
-            relation = "greater than" if exclusive_minimum else "at least"
-            self.error(name, f"must be {relation} {minimum:g}, got {value:g}")
-            return None
-        if maximum is not None and value > maximum:
-            self.error(name, f"must be at most {maximum:g}, got {value:g}")
-            return None
-        return value
-
-    def boolean(self, name: str, default: Any = _MISSING) -> Any:
-        value = self.get(name, default)
-        if value is not None and not isinstance(value, bool):
-            self.error(name, f"must be true or false, got {value!r}")
-            return None
-        return value
-
-
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
-        type(value), type(value).__name__
-    )
-
-
-def _names(cls: type) -> set[str]:
-    return {f.name for f in fields(cls)}
+    return registry
 
 
 def parse_spec(
@@ -255,14 +107,15 @@ def _check_output_keys(errors: list[FieldError], spec: PipelineSpec) -> None:
     columns = None
     reported = {e.field for e in errors}
     for i, sink in enumerate(spec.all_sinks()):
-        if sink.kind != "postgres" or not sink.key:
+        named = _registry().of(sink).named_columns(sink)
+        if not named:
             continue
         columns = columns or _output_columns(spec.source, spec.transform)
         if columns is None:
             return
         path = f"sinks[{i}]" if spec.sinks else "sink"
-        for j, column in enumerate(sink.key):
-            field = f"{path}.key[{j}]"
+        for where, column in named:
+            field = f"{path}.{where}"
             if column.lower() not in columns and field not in reported:
                 errors.append(FieldError(field, f"column {column!r} is not {_not_output(columns)}"))
 
@@ -330,67 +183,9 @@ def _check_stateful(errors: list[FieldError], spec: PipelineSpec) -> None:
 
 
 def _check_update_sink(errors: list[FieldError], sink, path: str, shape) -> None:
-    """A sink of update output: every batch rewrites the groups it changed."""
-    if sink.kind == "files":
-        errors.append(
-            FieldError(
-                f"{path}.kind",
-                "a files sink takes append output only (a finished file is never changed): "
-                "use transform.output_mode append, or a postgres sink in upsert mode",
-            )
-        )
-    elif sink.kind == "kafka" and sink.key is None:
-        errors.append(
-            FieldError(
-                f"{path}.key",
-                "is required with update output: each batch writes a group's new value, keyed "
-                "by the group (a compacted topic then keeps the latest)",
-            )
-        )
-    elif sink.kind == "kafka" and shape is not None and shape.key_columns is not None:
-        keys = shape.key_columns
-        used = {keys[c] for c in expression_columns(sink.key) if c in keys}
-        missing = [text for i, text in enumerate(shape.group_items) if i not in used]
-        if missing:
-            errors.append(
-                FieldError(
-                    f"{path}.key",
-                    f"does not use the GROUP BY item {missing[0]}: groups that differ only "
-                    "there would share a key (a compacted topic would keep one of them)",
-                )
-            )
-    elif sink.kind == "postgres" and sink.mode != "upsert":
-        errors.append(
-            FieldError(
-                f"{path}.mode",
-                "must be upsert with update output (each batch rewrites the groups it "
-                "changed): key = the group's columns",
-            )
-        )
-    elif sink.kind == "postgres" and shape is not None and shape.key_columns is not None:
-        keys = shape.key_columns
-        for j, column in enumerate(sink.key):
-            if column.lower() not in keys:
-                group = ", ".join(shape.group_items)
-                errors.append(
-                    FieldError(
-                        f"{path}.key[{j}]",
-                        f"column {column!r} is not a GROUP BY column ({group}): an upsert "
-                        "of update output is keyed by the group",
-                    )
-                )
-        covered = {keys[c.lower()] for c in sink.key if c.lower() in keys}
-        for item, text in enumerate(shape.group_items):
-            if item not in covered:
-                named = [c for c, i in keys.items() if i == item]
-                hint = f" (output column {named[0]!r})" if named else ""
-                errors.append(
-                    FieldError(
-                        f"{path}.key",
-                        f"misses the GROUP BY item {text}{hint}: groups that differ only "
-                        "there would overwrite each other",
-                    )
-                )
+    """A sink of update output: every batch rewrites the groups it changed (its kind says
+    whether and how it can)."""
+    _registry().of(sink).check_update(errors, sink, path, shape)
 
 
 MAX_SINKS = 8
@@ -420,14 +215,17 @@ def _parse_sinks(
     for i, sink in enumerate(parsed):
         if sink is None:
             continue
+        # Targets of one kind in one connection that overlap without being equal (a files
+        # path inside another's), where the kind says targets can.
+        overlaps = _registry().of(sink).overlaps
         target = (sink.kind, sink.connection, sink_target(sink))
         nested = next(
             (
                 j
-                for (kind, connection, other), j in seen.items()
-                if kind == "files" == sink.kind
-                and connection == sink.connection
-                and _nested_paths(other, sink.path)
+                for other, j in seen.items()
+                if overlaps is not None
+                and other[:2] == target[:2]
+                and overlaps(other[2], target[2])
             ),
             None,
         )
@@ -435,7 +233,7 @@ def _parse_sinks(
             errors.append(
                 FieldError(
                     f"sinks[{i}]",
-                    f"path {sink.path!r} is inside sinks[{nested}]'s or holds it: readers of "
+                    f"path {target[2]!r} is inside sinks[{nested}]'s or holds it: readers of "
                     "one would see the other's files",
                 )
             )
@@ -453,38 +251,39 @@ def _parse_sinks(
 
 
 def sink_target(sink) -> str:
-    """What a sink writes, within its connection: a table, a topic or a path. A files path
-    is canonical already (_parse_files_sink keeps only plain directory names, joined by one
-    `/`), so it is returned as stored: it feeds the sinks' marker digests, which must not
-    change (jobs.pipeline.marker_scope)."""
-    if sink.kind == "kafka":
-        return sink.topic
-    if sink.kind == "files":
-        return sink.path
-    return sink.table
+    """What a sink writes, within its connection: a table, a topic, a path (its kind's
+    `target`)."""
+    return _registry().of(sink).target(sink)
 
 
-def _nested_paths(a: str, b: str) -> bool:
-    """Whether two paths under one root are the same directory or one inside the other
-    (compared as canonical directories, never as text: `a` is not inside `ab`)."""
-    return locations.overlapping(
-        locations.Location("", "", locations.relative(a)),
-        locations.Location("", "", locations.relative(b)),
-    )
-
-
-def _check_connection(
-    section: Section, name: str | None, kind: str, connections: Mapping[str, str] | None
-) -> None:
-    if name is None or connections is None:
-        return
-    if name not in connections:
-        known = ", ".join(sorted(connections)) or "none defined"
-        section.error("connection", f"no connection named {name!r} (known: {known})")
-    elif connections[name] != kind:
-        section.error(
-            "connection", f"connection {name!r} is a {connections[name]} connection, not {kind}"
+def _parse_sink(
+    errors: list[FieldError],
+    data: Any,
+    connections: Mapping[str, str] | None,
+    source: KafkaSource | None,
+    transform: Transform | None,
+    *,
+    path: str = "sink",
+):
+    """One sink, parsed by its kind (jobs.sinks.registry; no kind: postgres)."""
+    if data is None:
+        return None
+    if not isinstance(data, Mapping):
+        Section(errors, path, data, set())  # "must be an object"
+        return None
+    name = data.get("kind")
+    if name is None:
+        name = _registry().DEFAULT
+    kinds = _registry().names()
+    if not isinstance(name, str) or not name.strip():
+        errors.append(FieldError(f"{path}.kind", "must be a non-empty string"))
+        return None
+    if name not in kinds:
+        errors.append(
+            FieldError(f"{path}.kind", f"must be one of {', '.join(kinds)}; got {name!r}")
         )
+        return None
+    return _registry().kind(name).parse(errors, data, connections, source, transform, path=path)
 
 
 def _parse_source(
@@ -670,11 +469,6 @@ def _type_names(t: Any) -> list[str]:
     return [t.name]
 
 
-def is_topic_name(name: str) -> bool:
-    """Kafka's own rule for topic names."""
-    return bool(TOPIC_RE.fullmatch(name)) and name not in {".", ".."}
-
-
 def _parse_topics(s: Section) -> list[str] | None:
     topics = s.get("topics")
     if topics is None:
@@ -793,293 +587,6 @@ def _parse_transform(
         s.error("sql", str(exc))
         return None
     return Transform(sql=sql.strip(), output_mode=mode)
-
-
-SINK_KINDS = ("postgres", "kafka", "files")
-
-
-def _parse_sink(
-    errors: list[FieldError],
-    data: Any,
-    connections: Mapping[str, str] | None,
-    source: KafkaSource | None,
-    transform: Transform | None,
-    *,
-    path: str = "sink",
-) -> PostgresSink | KafkaSink | FilesSink | None:
-    if data is None:
-        return None
-    kind = data.get("kind", "postgres") if isinstance(data, Mapping) else None
-    if kind == "kafka":
-        return _parse_kafka_sink(errors, data, connections, source, transform, path=path)
-    if kind == "files":
-        return _parse_files_sink(errors, data, connections, source, transform, path=path)
-    s = Section(errors, path, data, _names(PostgresSink))
-    s.string("kind", "postgres", choices=SINK_KINDS)
-    connection = s.string("connection")
-    _check_connection(s, connection, "postgres", connections)
-    table = s.string("table")
-    if table is not None and not _is_table_name(table):
-        s.error(
-            "table",
-            f"{table!r} is not a safe table name: use lower-case letters, digits and "
-            "underscores (optionally schema.table), starting with a letter or underscore, "
-            "at most 63 characters each",
-        )
-    elif table is not None and (problem := _reserved_table(table)):
-        s.error("table", problem)
-    mode = s.string("mode", "append", choices=("append", "upsert"))
-    key = s.get("key", [])
-    if isinstance(key, str):
-        key = [key]
-    if not isinstance(key, list):
-        s.error("key", "must be a list of column names")
-        key = []
-    for i, column in enumerate(key):
-        if not isinstance(column, str) or not IDENTIFIER_RE.fullmatch(column):
-            s.error(f"key[{i}]", f"{column!r} is not a safe column name")
-    if len(set(key)) != len(key):
-        s.error("key", "lists a column twice")
-    if mode == "upsert" and not key:
-        s.error("key", "is required in upsert mode: the columns that identify a row")
-    if mode == "append" and key:
-        s.error("key", "applies to upsert mode only")
-    if key and source is not None and transform is None:
-        # Without a transform the output columns are the source schema's (with one: see
-        # _check_output_keys).
-        columns = {f.name.lower() for f in parse_schema(source.schema).fields}
-        for i, column in enumerate(key):
-            if isinstance(column, str) and column.lower() not in columns:
-                s.error(f"key[{i}]", f"column {column!r} is not in the source schema")
-    if not s.ok:
-        return None
-    return PostgresSink(connection=connection, table=table, mode=mode, key=tuple(key))
-
-
-MAX_TRANSACTION_TIMEOUT_SECONDS = 900  # the broker's default transaction.max.timeout.ms
-HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
-RESERVED_HEADER_PREFIX = "cp-"
-
-
-def _parse_kafka_sink(
-    errors: list[FieldError],
-    data: Mapping[str, Any],
-    connections: Mapping[str, str] | None,
-    source: KafkaSource | None,
-    transform: Transform | None,
-    *,
-    path: str = "sink",
-) -> KafkaSink | None:
-    s = Section(errors, path, data, _names(KafkaSink))
-    connection = s.string("connection")
-    _check_connection(s, connection, "kafka", connections)
-    topic = _topic(s, "topic")
-    dead_letter_topic = _topic(s, "dead_letter_topic", None)
-    if topic is not None and dead_letter_topic is None:
-        dead_letter_topic = f"{topic}.dead-letters"[:249]
-    if topic is not None and topic == dead_letter_topic:
-        s.error("dead_letter_topic", "must not be the sink's topic")
-    if source is not None and connection == source.connection:
-        for name, value in (("topic", topic), ("dead_letter_topic", dead_letter_topic)):
-            if value in source.topics:
-                s.error(name, f"{value!r} is a source topic: the pipeline would read its output")
-    fmt = s.string("format", "json", choices=("json",))
-    # Over the output columns, where they are known without Spark (else Spark tells).
-    output = _output_columns(source, transform)
-    columns = sorted(output) if output is not None else None
-    key = _expression(s, "key", columns)
-    value = _expression(s, "value", columns)
-    headers = s.get("headers", {})
-    if not isinstance(headers, Mapping):
-        s.error("headers", "must map header names to SQL expressions")
-        headers = {}
-    for name, expression in headers.items():
-        where = f"headers.{name}"
-        if not HEADER_NAME_RE.fullmatch(str(name)):
-            s.error(where, "header names are 1-128 letters, digits, '.', '_' or '-'")
-        elif str(name).lower().startswith(RESERVED_HEADER_PREFIX):
-            s.error(where, "header names starting with cp- are reserved for the control plane")
-        elif not isinstance(expression, str):
-            s.error(where, "must be a SQL expression (a string)")
-        else:
-            try:
-                check_expression(expression, columns=columns)
-            except SQLError as exc:
-                s.error(where, str(exc))
-    timeout = s.integer(
-        "transaction_timeout_seconds",
-        KafkaSink.transaction_timeout_seconds,
-        minimum=10,
-        maximum=MAX_TRANSACTION_TIMEOUT_SECONDS,
-    )
-    if not s.ok:
-        return None
-    return KafkaSink(
-        connection=connection,
-        topic=topic,
-        key=key,
-        value=value,
-        headers={str(k): v.strip() for k, v in headers.items()},
-        format=fmt,
-        dead_letter_topic=dead_letter_topic,
-        transaction_timeout_seconds=timeout,
-    )
-
-
-def _parse_files_sink(
-    errors: list[FieldError],
-    data: Mapping[str, Any],
-    connections: Mapping[str, str] | None,
-    source: KafkaSource | None,
-    transform: Transform | None,
-    *,
-    path: str = "sink",
-) -> FilesSink | None:
-    s = Section(errors, path, data, _names(FilesSink))
-    connection = s.string("connection")
-    _check_connection(s, connection, "files", connections)
-    where = s.string("path")
-    if where is not None:
-        segments = where.strip("/").split("/") if where.strip("/") else []
-        if where.startswith("/") or "://" in where:
-            s.error("path", "must be relative: the connection gives the root it is under")
-        elif not segments or len(segments) > 16 or len(where) > 512:
-            s.error("path", "must name 1-16 directories under the connection's root")
-        elif "" in segments:
-            # Refused, not collapsed: the stored path is the one every comparison and the
-            # job's marker digest use (jobs.spec.locations would read a//b as a/b too).
-            s.error("path", f"{where!r} has an empty directory ('//')")
-        elif (
-            bad := next((x for x in segments if not FILES_PATH_SEGMENT_RE.fullmatch(x)), None)
-        ) is not None:
-            s.error(
-                "path",
-                f"directory {bad!r} is not allowed: use letters, digits, '.', '_' and '-', "
-                "starting with a letter or digit (names starting with '_' or '.' are hidden "
-                "from readers)",
-            )
-        where = "/".join(segments)
-    fmt = s.string("format", "parquet", choices=("parquet", "json", "avro"))
-    columns = None  # without a transform the output columns are the source schema's
-    if source is not None and transform is None:
-        columns = [f.name for f in parse_schema(source.schema).fields]
-    partition_by = s.get("partition_by", [])
-    if isinstance(partition_by, str):
-        partition_by = [partition_by]
-    if not isinstance(partition_by, list):
-        s.error("partition_by", "must be a list of column names")
-        partition_by = []
-    if len(partition_by) > MAX_PARTITION_COLUMNS:
-        s.error("partition_by", f"at most {MAX_PARTITION_COLUMNS} columns")
-    for i, column in enumerate(partition_by):
-        if not isinstance(column, str) or not PARTITION_COLUMN_RE.fullmatch(column):
-            s.error(
-                f"partition_by[{i}]",
-                f"{column!r} is not a partition column name: letters, digits and underscores, "
-                "starting with a letter",
-            )
-        elif columns is not None and column.lower() not in {c.lower() for c in columns}:
-            s.error(f"partition_by[{i}]", f"column {column!r} is not in the source schema")
-    if len({str(c).lower() for c in partition_by}) != len(partition_by):
-        s.error("partition_by", "lists a column twice")
-    elif columns is not None and partition_by and len(partition_by) >= len(columns):
-        s.error("partition_by", "leaves no column to write in the files")
-    target = s.integer(
-        "target_file_mb", FilesSink.target_file_mb, minimum=1, maximum=MAX_TARGET_FILE_MB
-    )
-    max_age = s.number(
-        "max_file_age_seconds",
-        FilesSink.max_file_age_seconds,
-        minimum=0,
-        exclusive_minimum=True,
-        maximum=MAX_DELAY_SECONDS,
-    )
-    inactivity = s.number(
-        "inactivity_seconds",
-        FilesSink.inactivity_seconds,
-        minimum=0,
-        exclusive_minimum=True,
-        maximum=MAX_DELAY_SECONDS,
-    )
-    if not s.ok:
-        return None
-    return FilesSink(
-        connection=connection,
-        path=where,
-        format=fmt,
-        partition_by=tuple(partition_by),
-        target_file_mb=target,
-        max_file_age_seconds=float(max_age),
-        inactivity_seconds=float(inactivity),
-    )
-
-
-def _topic(s: Section, name: str, default: Any = _MISSING) -> str | None:
-    topic = s.string(name, default)
-    if topic is not None and not is_topic_name(topic):
-        s.error(name, f"{topic!r} is not a valid Kafka topic name")
-        return None
-    if topic is not None and (problem := internal_problem("topic", topic)):
-        s.error(name, problem)
-        return None
-    return topic
-
-
-def _output_columns(source: KafkaSource | None, transform: Transform | None) -> frozenset | None:
-    """The pipeline's output columns (lower case), what its sinks write: the source schema's
-    without a transform, the transform's where its SQL tells them (jobs.spec.sql.
-    output_columns), else None (only Spark knows)."""
-    if source is None:
-        return None
-    names = [f.name for f in parse_schema(source.schema).fields]
-    if transform is None:
-        return frozenset(n.lower() for n in names)
-    return output_columns(transform.sql, columns=names)
-
-
-def _not_output(columns: frozenset) -> str:
-    plain = sorted(c for c in columns if IDENTIFIER_RE.fullmatch(c))
-    listed = f" ({', '.join(plain)})" if 0 < len(plain) <= 12 else ""
-    return f"an output column of the transform{listed}"
-
-
-def _expression(s: Section, name: str, columns: list[str] | None) -> str | None:
-    text = s.get(name, None)
-    if text is None:
-        return None
-    if not isinstance(text, str):
-        s.error(name, "must be a SQL expression (a string)")
-        return None
-    try:
-        check_expression(text, columns=columns)
-    except SQLError as exc:
-        s.error(name, str(exc))
-        return None
-    return text.strip()
-
-
-# Schemas that belong to Postgres itself: a sink never writes there.
-_SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
-
-
-def _reserved_table(name: str) -> str | None:
-    """Why a sink may not write to `name`, or None. The sink's own bookkeeping (commit
-    markers, dead letters, stage tables) lives in tables named _cp_*: a pipeline writing rows
-    there could forge another pipeline's commit markers and make it skip batches."""
-    schema, _, table = name.rpartition(".")
-    if schema in _SYSTEM_SCHEMAS or schema.startswith("pg_"):
-        return f"{name!r} is in the system schema {schema!r}; a sink may not write there"
-    if table.startswith("_cp_"):
-        return (
-            f"{name!r}: table names starting with _cp_ are reserved for the sink's own "
-            "bookkeeping (commit markers, dead letters)"
-        )
-    return None
-
-
-def _is_table_name(name: str) -> bool:
-    parts = name.split(".")
-    return len(parts) <= 2 and all(IDENTIFIER_RE.fullmatch(p) for p in parts)
 
 
 def _parse_trigger(errors: list[FieldError], data: Any) -> Trigger | None:

@@ -16,6 +16,7 @@ from django.utils import timezone
 from controlplane.connections.models import Connection
 from controlplane.definitions.models import AuditEntry, Pipeline, Status
 from controlplane.supervision import reconciler
+from jobs.spec import parse_spec
 from tests.factories import files_spec, valid_spec
 
 
@@ -284,7 +285,7 @@ def test_a_files_sink_gets_its_root_at_launch_checked_again_against_the_policy(
     created = api.post("/api/pipelines/", {"name": "files", "spec": files_spec()}, format="json")
     assert created.status_code == 201, created.json()
     stored = Pipeline.objects.get(name="files")
-    sink = stored.spec["sink"]
+    sink = parse_spec(stored.spec).sink
     assert launcher.sink_config(stored, sink) == {"files": {"root": f"file://{files_dir}/lake"}}
     # The policy changed since the connection was saved (the production profile, say).
     settings.CONTROLPLANE_FILES_DIR = None

@@ -102,7 +102,7 @@ def test_generated_bodies_get_a_documented_answer(api_schema, token, path, metho
 
 
 def test_generated_pipeline_specs_are_often_accepted(
-    kafka_connection, postgres_connection, files_connection, api_schema, token
+    kafka_connection, postgres_connection, files_connection, cassandra_connection, api_schema, token
 ):
     """Bodies generated from the document, naming this installation's connections (the
     formats' strategies): most are valid pipelines (measured: ~2/3 of generated specs pass
@@ -143,6 +143,8 @@ def register_formats() -> None:
         "kafka-connection": st.just("events"),
         "postgres-connection": st.just("warehouse"),
         "files-connection": st.just("lake"),
+        "cassandra-connection": st.just("cluster"),
+        "dead-letter-connection": st.sampled_from(["warehouse", "events"]),
         "column-name": st.just("id"),
         "source-column": st.sampled_from(["id", "at"]),
         "event-time-column": st.just("at"),

@@ -20,7 +20,7 @@ from controlplane.accounts.roles import set_role
 from controlplane.connections.models import Connection
 from controlplane.definitions import services
 from controlplane.definitions.models import AuditEntry, Pipeline, PipelineVersion
-from jobs.sinks.postgres import DEAD_LETTERS_TABLE, PostgresSink
+from jobs.sinks.postgres.store import DEAD_LETTERS_TABLE, PostgresStore
 from jobs.spec import SpecError
 from tests.factories import valid_spec
 from tests.kafka_helpers import new_topic
@@ -360,7 +360,7 @@ def redrive_pipeline(api, kafka_connection, postgres_connection, kafka_bootstrap
     other = new_topic(kafka_bootstrap, partitions=1, prefix="ki-other")
     response = create(api, "ki-redrive", valid_spec(source=source(topics=[mine])))
     assert response.status_code == 201, response.json()
-    sink = PostgresSink({"conninfo": sink_dsn}, pipeline="ki-redrive", table="orders_dl_target")
+    sink = PostgresStore({"conninfo": sink_dsn}, pipeline="ki-redrive", table="orders_dl_target")
     sink.ensure_tables([])
     rows = [
         (mine, 0, 10, b'{"id": "a"}'),

@@ -30,7 +30,7 @@ import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.util.ArrayData;
 
 /**
- * The Kafka sink of jobs.sinks.kafka, exactly once, in the executors' JVM: each task writes
+ * The Kafka sink of jobs.sinks.kafka.client, exactly once, in the executors' JVM: each task writes
  * its Spark partition's records (and its dead letters) in one Kafka transaction, together with
  * its commit marker, with a transactional id of its own that is the same for every attempt.
  *

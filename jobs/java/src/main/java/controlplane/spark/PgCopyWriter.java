@@ -29,7 +29,7 @@ import org.postgresql.PGConnection;
 import org.postgresql.copy.CopyIn;
 
 /**
- * The direct path of jobs.sinks.postgres, in the executors' JVM: each task COPYs its Spark
+ * The direct path of jobs.sinks.postgres.store, in the executors' JVM: each task COPYs its Spark
  * partition into the target table, in one Postgres transaction with the partition's commit
  * marker, and writes the partition's dead letters in the same transaction. A task whose marker
  * exists (a retry, a replayed batch) writes nothing.

@@ -40,12 +40,13 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from ..failures import DefinitionError
+from ... import dead_letters
+from ...failures import DefinitionError
 
 log = logging.getLogger("jobs.sinks.postgres")
 
 COMMITS_TABLE = "_cp_commits"
-DEAD_LETTERS_TABLE = "_cp_dead_letters"
+DEAD_LETTERS_TABLE = dead_letters.TABLE
 ORDINAL = "_cp_ordinal"
 PART = "_cp_part"
 
@@ -132,7 +133,7 @@ class MixedWritesError(DefinitionError, RuntimeError):
     completed exactly once, so the job stops instead."""
 
 
-class PostgresSink:
+class PostgresStore:
     def __init__(
         self,
         conninfo: dict,
@@ -208,16 +209,7 @@ class PostgresSink:
                     " PRIMARY KEY (pipeline, stream_id, batch_id, part))"
                 ).format(sql.Identifier(COMMITS_TABLE))
             )
-            conn.execute(
-                sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {} ("
-                    " pipeline text NOT NULL, batch_id bigint NOT NULL, topic text NOT NULL,"
-                    ' partition integer NOT NULL, "offset" bigint NOT NULL, raw bytea,'
-                    " error text NOT NULL, record_time timestamptz,"
-                    " received_at timestamptz NOT NULL DEFAULT now(),"
-                    ' PRIMARY KEY (pipeline, topic, partition, "offset"))'
-                ).format(sql.Identifier(DEAD_LETTERS_TABLE))
-            )
+            conn.execute(dead_letters.CREATE)
             if "." in self.table:
                 conn.execute(
                     sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
@@ -254,10 +246,7 @@ class PostgresSink:
         "UPDATE {} SET rows = %s WHERE pipeline = %s AND stream_id = %s"
         " AND batch_id = %s AND part = %s"
     ).format(sql.Identifier(COMMITS_TABLE))
-    DEAD_LETTER = sql.SQL(
-        'INSERT INTO {} (pipeline, batch_id, topic, partition, "offset", raw, error,'
-        " record_time) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
-    ).format(sql.Identifier(DEAD_LETTERS_TABLE))
+    DEAD_LETTER = dead_letters.INSERT
 
     def _claim(self, conn: psycopg.Connection, batch_id: int, rows: int, part: int = BATCH) -> bool:
         """Insert the batch's commit marker; False if it exists (the batch is a replay)."""
@@ -449,23 +438,7 @@ class PostgresSink:
         )
 
     def _dead_letters(self, conn: psycopg.Connection, batch_id: int, rows) -> None:
-        with conn.cursor() as cur:
-            cur.executemany(
-                self.DEAD_LETTER,
-                [
-                    (
-                        self.pipeline,
-                        batch_id,
-                        r["topic"],
-                        r["partition"],
-                        r["offset"],
-                        r["value"],
-                        r["error"],
-                        r["timestamp"],
-                    )
-                    for r in rows.to_pylist()
-                ],
-            )
+        dead_letters.insert(conn, self.pipeline, batch_id, rows)
 
 
 class _CopyStream:

@@ -47,18 +47,19 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ..failures import DefinitionError
+from ...failures import DefinitionError
+from .model import DEAD_LETTERS_DIR
 from .rolling import Policy, Roll, Staged, next_check, plan
 
 log = logging.getLogger("jobs.sinks.files")
 
 STAGING = "_cp_staging"
 MANIFEST = "_cp_manifest"
-DEAD_LETTERS = "_cp_dead_letters"
+DEAD_LETTERS = DEAD_LETTERS_DIR
 BATCHES = "_batches"
 PLANS = "_plans"
 MERGING = "_merging"
-# How a batch is staged: with our committer (Spark's options; see FileSink.stage).
+# How a batch is staged: with our committer (Spark's options; see FilesStore.stage).
 STAGING_COMMITTER = "controlplane.spark.StagingCommitter"
 OUTPUT_COMMITTER = "spark.sql.sources.outputCommitterClass"
 PARQUET_COMMITTER = "spark.sql.parquet.output.committer.class"
@@ -129,7 +130,7 @@ def check_columns(sink, columns: list[str]) -> None:
         raise FileSinkError("sink.partition_by: leaves no column to write in the files")
 
 
-class FileSink:
+class FilesStore:
     """A files sink's directory, from the driver: staging batches, their markers, rolls."""
 
     def __init__(self, spark, base: str, sink, query: str):
@@ -439,14 +440,14 @@ def observed(observation) -> int | None:
 
 class Compactor:
     """The thread that rolls a files sink's staged rows: first what a killed driver left
-    (FileSink.recover), then after each batch (poke) and when the next age or inactivity roll
+    (FilesStore.recover), then after each batch (poke) and when the next age or inactivity roll
     falls due. It ends when `alive()` says the pipeline's query no longer runs in this
     application, or when stopped (stop_rollers, as the pipeline's run ends: joined, so no
     roll of this run overlaps the next run's). Failures are retried with a backoff;
     MAX_FAILURES in a row fail the next batch (check)."""
 
     def __init__(
-        self, sink: FileSink, alive: Callable[[], bool], pipeline: str = "", clock=time.time
+        self, sink: FilesStore, alive: Callable[[], bool], pipeline: str = "", clock=time.time
     ):
         self.sink = sink
         self.alive = alive

@@ -2,8 +2,8 @@
 jobs/java/src/main/java/controlplane/spark/PgCopyWriter.java; built by jobs.jvm).
 
 Each Spark task COPYs its partition into the target in one transaction with the partition's
-commit marker and its dead letters, exactly as PostgresSink.write_part does from a Python
-worker, with the same statements (PostgresSink.CLAIM, PART_ROWS, DEAD_LETTER). It skips the
+commit marker and its dead letters, exactly as PostgresStore.write_part does from a Python
+worker, with the same statements (PostgresStore.CLAIM, PART_ROWS, DEAD_LETTER). It skips the
 hop from Spark's rows to Arrow and a Python worker: on the 2-core benchmark machine that hop
 alone cost about a fifth of the no-op sink's throughput.
 
@@ -26,7 +26,7 @@ from urllib.parse import quote
 from psycopg import sql
 
 from . import pgbinary
-from .postgres import ORDINAL, PART, PostgresSink, _table_ident, stage_slice_clearing
+from .store import ORDINAL, PART, PostgresStore, _table_ident, stage_slice_clearing
 
 log = logging.getLogger("jobs.sinks.jvm_writer")
 
@@ -146,7 +146,7 @@ def _jdbc(statement: sql.Composable, conn) -> str:
 class JvmWriter:
     """Writes a frame's partitions with PgCopyWriter; one per BatchWriter."""
 
-    def __init__(self, spark, sink: PostgresSink, target: tuple[str, dict[str, str]]):
+    def __init__(self, spark, sink: PostgresStore, target: tuple[str, dict[str, str]]):
         self.spark = spark
         self.sink = sink
         self.url, self.properties = target
@@ -154,7 +154,7 @@ class JvmWriter:
         self._targets: dict[tuple, dict | None] = {}
 
     @classmethod
-    def create(cls, spark, sink: PostgresSink) -> JvmWriter | None:
+    def create(cls, spark, sink: PostgresStore) -> JvmWriter | None:
         """A writer if the conf allows and everything it needs is there, else None; raises
         if the conf demands the JVM writer and it cannot be used."""
         choice = (spark.conf.get(WRITER_CONF, "auto") or "auto").lower()
@@ -192,7 +192,7 @@ class JvmWriter:
         `upsert_order` (a bigint column of the frame), each partition is COPYed into a
         temporary table and merged into the target by the sink's key, the row with the
         highest `upsert_order` winning per key: the frame must hold every row of a key in one
-        partition. With `stage` (the batch's stage table, made by PostgresSink.prepare_stage),
+        partition. With `stage` (the batch's stage table, made by PostgresStore.prepare_stage),
         each task replaces its partition's slice of the stage instead, without a marker: the
         frame then also holds the stage's PART and ORDINAL columns. None when a column has no
         encoding for its target column (the caller then writes from Python). `schema`: the
@@ -261,9 +261,9 @@ class JvmWriter:
                 log.info("JVM writer: no binary encoding for columns %s; writing from Python", bad)
                 return None
             statements = {
-                "claim_sql": _jdbc(PostgresSink.CLAIM, conn),
-                "rows_sql": _jdbc(PostgresSink.PART_ROWS, conn),
-                "dead_letter_sql": _jdbc(PostgresSink.DEAD_LETTER, conn),
+                "claim_sql": _jdbc(PostgresStore.CLAIM, conn),
+                "rows_sql": _jdbc(PostgresStore.PART_ROWS, conn),
+                "dead_letter_sql": _jdbc(PostgresStore.DEAD_LETTER, conn),
             }
             names = sql.SQL(", ").join(map(sql.Identifier, columns))
             if upsert_order is None:
@@ -292,7 +292,7 @@ class JvmWriter:
 
 
 def _stage_statements(stage: str, columns: Sequence[str]) -> dict:
-    """Replacing a task's slice of a batch's stage, as PostgresSink.write_stage_part does.
+    """Replacing a task's slice of a batch's stage, as PostgresStore.write_stage_part does.
     No marker: the driver commits the whole stage with the batch's marker."""
     copy = sql.SQL("COPY {} ({}, {}, {}) FROM STDIN WITH (FORMAT binary)").format(
         sql.Identifier(stage),

@@ -1,0 +1,138 @@
+"""The cassandra sink's writer (the foreachBatch function of a cassandra sink): the records
+that parsed, through the transform if any, are upserted into the table by the executors'
+JVM in one pass (jobs.sinks.cassandra.store), while those that did not are counted; a batch
+that had some reads them again and writes them where the spec says (a Kafka topic, in a
+transaction with its marker, or a Postgres connection's dead-letter table, by their
+position), so they too are written once, however often the batch runs."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from ... import dead_letters as letter_table
+from ...batch import BAD, EMPTY_VALUE, Batch, observed_count
+from ...checkpoints import batch_position
+from ...runconfig import RunConfig
+from ...source import DEAD_LETTER_FIELDS
+from .kind import KIND
+from .model import CassandraSink
+from .store import ORDER, CassandraStore
+
+log = logging.getLogger("jobs.pipeline")
+
+
+@dataclass
+class Plan:
+    """Learnt from the first batch: the output's columns and the table's partition key."""
+
+    columns: list[str]
+    partition_key: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _LetterTopic:
+    """What the transactional Kafka writer needs of a sink, for a topic of dead letters."""
+
+    topic: str
+    dead_letter_topic: str
+    transaction_timeout_seconds: int = 120
+
+
+class Writer:
+    """The foreachBatch function of a cassandra sink."""
+
+    def __init__(self, config: RunConfig, partitions: int = 2, index: int = 0):
+        self.batch = Batch(config, index, KIND)
+        self.config = config
+        self.sink: CassandraSink = self.batch.sink
+        # Rows go by partition key into this many Spark partitions (each key's rows in one:
+        # the last per primary key is kept there, and a key's rows share UNLOGGED batches).
+        self.partitions = partitions
+        self.store: CassandraStore | None = None
+        self.plan: Plan | None = None
+        self._letters = None  # the dead letters' Kafka writer, when they go to a topic
+        self._stream = ""
+
+    def open(self, spark, query_id: str) -> None:
+        """Nothing to start beside the query."""
+
+    def _start(self, out) -> None:
+        output = {f.name: f.dataType.simpleString() for f in out.schema.fields}
+        self.store = CassandraStore(self.batch.client(), self.sink, self.config.pipeline)
+        table = self.store.open(output)
+        self.plan = Plan(list(out.columns), table.partition_key)
+        self._stream = self.batch.stream_id()
+        topic = self.sink.dead_letters.topic
+        if topic is not None:
+            from ...kafka import transactions
+
+            client = self.config.sink_config(self.batch.index).get("kafka") or {}
+            transactions.check_topics(client, [topic])
+            self._letters = transactions.KafkaWriter(
+                out.sparkSession,
+                pipeline=self.config.pipeline,
+                sink=_LetterTopic(topic, topic),
+                client=client,
+            )
+
+    def __call__(self, parsed, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        name, out = self.batch.observed_output(parsed, batch_id)
+        if self.plan is None:
+            self._start(out)
+        started = time.monotonic()
+        # The order is taken before the shuffle, from the batch's fixed input partitions, so
+        # a replay keeps the same last row per key.
+        frame = out.withColumn(ORDER, F.monotonically_increasing_id()).repartition(
+            self.partitions, *[F.col(f"`{k}`") for k in self.plan.partition_key]
+        )
+        stamp = None
+        if self.sink.write_time_column is None:
+            stamp = batch_position(self.config.checkpoint, batch_id, self.config.store)
+        config = self.store.config(frame.columns, order=ORDER, stamp=stamp)
+        rows, statements = self.store.write(parsed.sparkSession, frame, config)
+        written = time.monotonic()
+        dead = self._dead_letters(parsed, batch_id, observed_count(frame, name))
+        log.info(
+            "batch %s: %s rows in %s statements (cassandra, stamp %s) in %.2f s, %s dead letters",
+            batch_id,
+            rows,
+            statements,
+            stamp if stamp is not None else self.sink.write_time_column,
+            written - started,
+            dead,
+        )
+
+    def _dead_letters(self, parsed, batch_id: int, unparsed: int | None) -> int:
+        """The batch's records that did not parse, read again (when the count taken during
+        the write is not 0; None: not reported, read to be safe), written once."""
+        if unparsed == 0:
+            return 0
+        if self._letters is not None:
+            columns = [f"_cp_{c}" for c in DEAD_LETTER_FIELDS]
+            letters = parsed.select(*self.batch.one_pass_columns()).where(BAD)
+            _, dead = self._letters.write(
+                letters.select(BAD, *columns),
+                batch_id,
+                self._stream,
+                part="dead/",
+                bad_column=BAD,
+                dead_letter_columns=columns,
+                parse_error=self.batch.parse_error,
+                empty_value_error=EMPTY_VALUE,
+            )
+            return dead
+        rows = self.batch.unparsed_letters(parsed, unparsed)
+        if rows is None or rows.num_rows == 0:
+            return 0
+        import psycopg
+
+        conninfo = self.config.sink_config(self.batch.index).get("postgres") or {}
+        with psycopg.connect(
+            **{"application_name": f"cp:{self.config.pipeline}", **conninfo}
+        ) as conn:
+            conn.execute(letter_table.CREATE)
+            return letter_table.insert(conn, self.config.pipeline, batch_id, rows)
