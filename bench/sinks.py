@@ -60,6 +60,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import cassandra_sink  # noqa: E402
 from bench.throughput import (  # noqa: E402
     bench_config,
     bench_session,
@@ -401,17 +402,26 @@ def main() -> int:
     parser.add_argument("--target-mb", type=int, default=4, help="files_rolling's target")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "sinks.json"))
+    parser.add_argument(
+        "--parts",
+        default="kafka,files,cassandra",
+        help="which halves to run (the others' figures are kept from the last run's file)",
+    )
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:59092")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     jvm.build()
 
     topic = f"bench-{uuid.uuid4().hex[:8]}"
-    started = time.perf_counter()
-    produce(bootstrap, topic, rate=0, count=args.events, partitions=args.partitions)
-    print(f"produced {args.events:,} events in {time.perf_counter() - started:.1f} s", flush=True)
+    created = []
+    if {"kafka", "files"} & parts:
+        started = time.perf_counter()
+        produce(bootstrap, topic, rate=0, count=args.events, partitions=args.partitions)
+        print(f"produced {args.events:,} events in {time.perf_counter() - started:.1f} s")
+        created.append(topic)
     dead = create_topic(bootstrap, 1)
-    created = [topic, dead]
+    created.append(dead)
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
     spark = bench_session(args.master)
@@ -436,14 +446,40 @@ def main() -> int:
             files_rolling(spark, config) if path == "files_rolling" else files_plain(spark, config)
         )
 
+    previous = {}
+    if parts != {"kafka", "files", "cassandra"} and Path(args.output).exists():
+        previous = json.loads(Path(args.output).read_text().splitlines()[-1])
+    cassandra = previous.get("cassandra")
     try:
-        rates = drain_rounds(spark, args, topic, bootstrap, PATHS, kafka_path)
-        read_back = read_back[1:]  # the warm-up round's is not reported
-        rates.update(drain_rounds(spark, args, topic, bootstrap, FILE_PATHS, file_path))
-        over_time = files_over_time(spark, bootstrap, args)
+        if "cassandra" in parts:
+            cassandra = {"machine": machine(), **cassandra_sink.run_part(spark, args, bootstrap)}
+        if "kafka" in parts or "files" in parts:
+            rates = drain_rounds(spark, args, topic, bootstrap, PATHS, kafka_path)
+            read_back = read_back[1:]  # the warm-up round's is not reported
+            rates.update(drain_rounds(spark, args, topic, bootstrap, FILE_PATHS, file_path))
+            over_time = files_over_time(spark, bootstrap, args)
     finally:
         spark.stop()
         delete_topics(bootstrap, created)
+    if cassandra is not None:
+        print()
+        print(f"{'path':<22}{'rows/s (median)':>18}   p50/p95/p99 ms   Cassandra CPU (cores)")
+        for path in cassandra_sink.PATHS:
+            p50, p95, p99 = cassandra["latency_ms_p50_p95_p99"][path]
+            print(
+                f"{path:<22}{cassandra['events_per_s'][path]:>18,}   {p50}/{p95}/{p99}"
+                f"   {cassandra['cassandra_cpu_cores'][path]}"
+            )
+        print(
+            f"cassandra_sink_to_ceiling: {cassandra['ratio_sink_to_ceiling']}x (target >="
+            f" {cassandra_sink.TARGET}x: {'met' if cassandra['met'] else 'NOT met'})"
+        )
+    if not ({"kafka", "files"} & parts):
+        result = {**previous, "cassandra": cassandra}
+        line = json.dumps(result)
+        Path(args.output).write_text(line + "\n")
+        print(line)
+        return 0 if cassandra["met"] else 1
 
     medians = {p: round(statistics.median(v)) for p, v in rates.items()}
     ratios = {
@@ -501,6 +537,7 @@ def main() -> int:
         "met": met,
         "exactly_once_read_back": read_back,
         "exactly_once_read_back_ok": all(n == args.events for n in read_back),
+        "cassandra": cassandra,
     }
     line = json.dumps(result)
     Path(args.output).write_text(line + "\n")

@@ -1872,6 +1872,72 @@ public final class CassandraWriter implements FlatMapFunction<Iterator<Row>, lon
   // ---------------------------------------------------------------- execution
 
   /** A task's asynchronous requests: at most max_in_flight at once, retried when transient. */
+  /**
+   * Request latencies (send to acknowledgement, successes only) of every writer in this JVM,
+   * in buckets 5% wide from 1 microsecond: what the benchmark reports (bench/sinks.py). Cheap
+   * enough to keep always (one array increment per request).
+   */
+  static final class Latencies {
+    private static final double STEP = Math.log(1.05);
+    private final java.util.concurrent.atomic.AtomicLongArray counts =
+        new java.util.concurrent.atomic.AtomicLongArray(600);
+
+    void record(long nanos) {
+      double micros = Math.max(1.0, nanos / 1000.0);
+      int bucket = (int) Math.min(counts.length() - 1, Math.floor(Math.log(micros) / STEP));
+      counts.incrementAndGet(bucket);
+    }
+
+    /** The latency below which a share `q` of the requests fell, in milliseconds. */
+    double percentileMillis(double q) {
+      long total = 0;
+      for (int i = 0; i < counts.length(); i++) {
+        total += counts.get(i);
+      }
+      if (total == 0) {
+        return Double.NaN;
+      }
+      long seen = 0;
+      for (int i = 0; i < counts.length(); i++) {
+        seen += counts.get(i);
+        if (seen >= Math.ceil(q * total)) {
+          return Math.exp((i + 1) * STEP) / 1000.0;
+        }
+      }
+      return Double.NaN;
+    }
+
+    long count() {
+      long total = 0;
+      for (int i = 0; i < counts.length(); i++) {
+        total += counts.get(i);
+      }
+      return total;
+    }
+
+    void reset() {
+      for (int i = 0; i < counts.length(); i++) {
+        counts.set(i, 0);
+      }
+    }
+  }
+
+  static final Latencies LATENCIES = new Latencies();
+
+  /** The writers' request latencies in this JVM: {count, p50 ms, p95 ms, p99 ms}. */
+  public static double[] latencies() {
+    return new double[] {
+      LATENCIES.count(),
+      LATENCIES.percentileMillis(0.50),
+      LATENCIES.percentileMillis(0.95),
+      LATENCIES.percentileMillis(0.99)
+    };
+  }
+
+  public static void resetLatencies() {
+    LATENCIES.reset();
+  }
+
   static final class Flight {
     final CqlSession session;
     final Config config;
@@ -1918,8 +1984,10 @@ public final class CassandraWriter implements FlatMapFunction<Iterator<Row>, lon
       } catch (RuntimeException e) {
         result = CompletableFuture.failedFuture(e);
       }
+      long sent = System.nanoTime();
       result.whenComplete((rs, error) -> {
         if (error == null) {
+          LATENCIES.record(System.nanoTime() - sent);
           rows.add(count);
           statements.increment();
           permits.release();
