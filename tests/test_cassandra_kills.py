@@ -29,17 +29,17 @@ from tests.test_cassandra_sink import cassandra_arguments
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
 
-KEYS = 400
-RECORDS = 60_000
+KEYS = 300
+RECORDS = 30_000
 PARTITIONS = 3
 
 
-def produce_updates(bootstrap: str, topic: str) -> None:
-    """RECORDS updates of KEYS keys, each key always in the same partition (so its last
+def produce_updates(bootstrap: str, topic: str, records: int = RECORDS) -> None:
+    """`records` updates of KEYS keys, each key always in the same partition (so its last
     record is the last by offset), one malformed record."""
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=262144)
     try:
-        for i in range(RECORDS):
+        for i in range(records):
             key = i % KEYS
             value = {"id": f"k{key}", "n": i, "at": "2026-11-28T10:00:00Z"}
             producer.send(topic, json.dumps(value).encode(), partition=key % PARTITIONS)
@@ -79,7 +79,7 @@ def test_the_table_equals_a_run_without_kills_after_three_sigkills(
                 "topics": [topic],
                 "schema": "id STRING, n INT, at TIMESTAMP",
                 "starting_offsets": "earliest",
-                "max_records_per_batch": 2000,
+                "max_records_per_batch": 1000,
                 "min_partitions": PARTITIONS,
             },
             "sink": {

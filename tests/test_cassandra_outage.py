@@ -23,12 +23,13 @@ from jobs.spec import parse_spec
 from tests.kafka_helpers import new_topic
 from tests.outage_stack import free_port
 from tests.spark_helpers import drain
-from tests.test_cassandra_kills import KEYS, RECORDS, produce_updates
+from tests.test_cassandra_kills import KEYS, produce_updates
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTAGE_SECONDS = 30
+RECORDS = 24_000  # 24 batches of 1,000: the outage falls inside, after the first
 
 
 def _devstack():
@@ -69,7 +70,7 @@ def config(tmp_path, node, topic, bootstrap, sink_dsn, table: str) -> RunConfig:
             "topics": [topic],
             "schema": "id STRING, n INT, at TIMESTAMP",
             "starting_offsets": "earliest",
-            "max_records_per_batch": 2000,
+            "max_records_per_batch": 1000,
             "min_partitions": 3,
         },
         "sink": {
@@ -118,7 +119,7 @@ def test_an_outage_of_30_s_under_load_ends_as_a_run_without_it(
     spark, node, kafka_bootstrap, sink_dsn, tmp_path
 ):
     topic = new_topic(kafka_bootstrap)
-    produce_updates(kafka_bootstrap, topic)
+    produce_updates(kafka_bootstrap, topic, RECORDS)
     suffix = uuid.uuid4().hex[:8]
     through, without = f"through_{suffix}", f"without_{suffix}"
     outage: dict[str, float] = {}

@@ -291,14 +291,10 @@ def test_the_page_refuses_to_start_beside_the_control_and_the_form_at_the_field(
 
 
 def test_every_source_and_sink_kind_has_its_checks():
-    from jobs.sinks.files.model import FilesSink
-    from jobs.sinks.kafka.model import KafkaSink
-    from jobs.sinks.postgres.model import PostgresSink
+    from jobs.sinks import registry
     from jobs.spec.model import KafkaSource
 
-    assert set(preflight.SINK_CHECKS) == {
-        k.__dataclass_fields__["kind"].default for k in (PostgresSink, KafkaSink, FilesSink)
-    }
+    assert set(preflight.SINK_CHECKS) == set(registry.names())
     assert set(preflight.SOURCE_CHECKS) == {KafkaSource.__dataclass_fields__["kind"].default}
 
 

@@ -34,6 +34,8 @@ LONGEST = (
     "tests/test_stateful_kills.py",
     "tests/test_launch_and_stop.py",
     "tests/test_kafka_sink_kills.py",
+    "tests/test_cassandra_kills.py",
+    "tests/test_cassandra_outage.py",
     "tests/test_two_hosts.py",
     "tests/test_lag_status_real.py",
     "tests/test_shared_applications.py",

@@ -123,6 +123,14 @@ def validate(
                 clean[name] = cert_path(value, policy, name)
             except ValueError as exc:
                 s.error(name, str(exc).removeprefix(f"{name}: "))
+    if (
+        tls
+        and "ssl_cafile" not in clean
+        and not any(e.field.endswith("ssl_cafile") for e in errors)
+    ):
+        s.error(
+            "ssl_cafile", "is required with tls: true (the CA that signed the nodes' certificates)"
+        )
     if ("ssl_certfile" in clean) != ("ssl_keyfile" in clean):
         s.error("ssl_keyfile", "ssl_certfile and ssl_keyfile go together (a client certificate)")
     check_hostname = s.boolean("ssl_check_hostname", None)
