@@ -109,16 +109,10 @@ class Batch:
         200 rows takes ~150 ms in all: so as few steps as can be, their columns built once.
         A stateful pipeline's batch (its transform already applied: stateful_frame) is
         written through the stage: as with a transform, the rows that parsed, BAD counted."""
-        columns, count, good, named = self.observed_parts()
         stateful = self.config.spec.stateful  # staged: the rows that parsed, BAD counted
         if not self.transform and not stateful:
-            return None, parsed.select(*columns)
-        name = f"cp_unparsed_{batch_id}"
-        out = parsed.select(*columns).observe(name, count).where(good).select(*named)
-        if not self.transform:
-            return name, out
-        out.createOrReplaceTempView("source")
-        return name, parsed.sparkSession.sql(self.transform.sql)
+            return None, parsed.select(*self.observed_parts()[0])
+        return self.observed_output(parsed, batch_id)
 
     def observed_output(self, parsed, batch_id: int):
         """(name, frame): the records that parsed, through the transform if any, those that

@@ -468,16 +468,7 @@ def kafka_client_config(settings: Mapping[str, Any], secrets: Mapping[str, str])
 
 # What identifies the far end of a connection: a change to any of these is a new endpoint,
 # and the stored secrets are dropped (they belong to the old one).
-KAFKA_ENDPOINT = (
-    "bootstrap_servers",
-    "security_protocol",
-    "sasl_mechanism",
-    "sasl_username",
-    "ssl_cafile",
-    "ssl_certfile",
-    "ssl_keyfile",
-    "ssl_check_hostname",
-)
+KAFKA_ENDPOINT = tuple(sorted(KAFKA_SETTINGS - {"client_id"}))
 POSTGRES_ENDPOINT = ("host", "port", "dbname", "user", "sslmode", "sslrootcert")
 
 

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.sinks.postgres.store import _CopyStream, pgbinary
+from jobs.sinks.postgres import pgbinary
+from jobs.sinks.postgres.store import _CopyStream
 
 UTC = dt.UTC
 

@@ -20,8 +20,6 @@ from jobs.spec.schema import spec_json_schema
 from tests.clients import form_for
 from tests.factories import valid_spec
 
-pytestmark = pytest.mark.django_db
-
 CONNECTIONS = {
     "events": "kafka",
     "warehouse": "postgres",

@@ -9,12 +9,13 @@ pytest-django gives it its own test database (test_<name>_<worker>). The service
 themselves (PostgreSQL, Redis, Kafka, HDFS, S3) are shared: tests name their topics, tables
 and roots uniquely.
 
-The longest test files are put first (LONGEST, measured), each whole in one worker. (Note:
-xdist's `--dist loadfile` then sorts the files by their number of tests unless given
-`--no-loadscope-reorder`, so this order holds only among files of equal counts. With that
-flag, a run on 2026-11-28 took 20:02 instead of 20:38, but tests/api/test_fuzz.py's generated
-bodies were accepted 9 times in 60 instead of 25: its outcome depends on what ran before it
-in its process, not yet understood; so the flag is not used.) Without xdist this does
+The longest test files are handed out first (LONGEST, measured), each whole in one worker:
+xdist's `--dist loadfile` sorts the files by their number of tests, which put the long
+single-test files (the kill tests) last, one worker running them alone at the end; the
+scheduler below moves LONGEST's files to the front of its queue and leaves the others in
+xdist's order. (`--no-loadscope-reorder` would change the others' order too: tests/api/
+test_fuzz.py's generated bodies were then accepted 9 times in 60 instead of 25, its outcome
+depending on what ran before it in its process, not yet understood.) Without xdist this does
 nothing.
 """
 
@@ -31,19 +32,19 @@ REDIS_DATABASES = 16
 # The test files that take longest, longest first (./stack test with 2 workers, 2026-11-27:
 # each 1.5-5 minutes, most of it real drivers started, killed and started again).
 LONGEST = (
-    "tests/test_stateful_kills.py",
     "tests/test_launch_and_stop.py",
+    "tests/test_stateful_kills.py",
     "tests/test_kafka_sink_kills.py",
     "tests/test_cassandra_kills.py",
-    "tests/test_cassandra_outage.py",
     "tests/test_two_hosts.py",
-    "tests/test_lag_status_real.py",
-    "tests/test_shared_applications.py",
     "tests/test_outages.py",
+    "tests/test_shared_applications.py",
     "tests/test_storage_faults.py",
     "tests/test_standalone_cluster.py",
-    "tests/browser/test_failures_in_words.py",
+    "tests/test_cassandra_outage.py",
+    "tests/test_lag_status_real.py",
     "tests/browser/test_dashboard.py",
+    "tests/browser/test_failures_in_words.py",
     "tests/browser/test_night.py",
     "tests/test_kafka_sink.py",
     "tests/test_pipeline_postgres.py",
@@ -88,3 +89,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return rank.get(item.nodeid.split("::", 1)[0], len(LONGEST))
 
     items.sort(key=order)  # stable: each file's tests keep their order
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, LONGEST's files handed out first (see the module's docstring)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LongestFirst(LoadFileScheduling):
+        _ordered = False
+
+        def _assign_work_unit(self, node) -> None:
+            if not self._ordered:
+                self._ordered = True
+                for scope in reversed(LONGEST):
+                    if scope in self.workqueue:
+                        self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
+
+    return LongestFirst(config, log)

@@ -50,16 +50,8 @@ SYSTEM_KEYSPACES = (
     "system_views",
     "system_virtual_schema",
 )
-ENDPOINT = (
-    "contact_points",
-    "local_datacenter",
-    "username",
-    "tls",
-    "ssl_cafile",
-    "ssl_certfile",
-    "ssl_keyfile",
-    "ssl_check_hostname",
-)
+# What a password belongs to: the cluster and the user (every setting but the keyspace).
+ENDPOINT = tuple(sorted(SETTINGS - {"keyspace"}))
 
 
 def keyspace_problem(name: str) -> str | None:

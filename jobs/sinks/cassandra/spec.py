@@ -214,7 +214,7 @@ def dead_letters(sink: Mapping[str, Any]) -> DeadLetters:
 
 
 FORM = (
-    FormField("cassandra_table", "table", "Table", help="in the connection's keyspace"),
+    FormField("cassandra_table", "table", "Cassandra table", help="in the connection's keyspace"),
     FormField(
         "partition_key",
         "partition_key",
