@@ -111,86 +111,125 @@ def repeat_interval(seconds: int, floor: int) -> timedelta | None:
     return timedelta(seconds=max(seconds, floor)) if seconds else None
 
 
+def _gave_up(params: dict, facts: Facts, now: datetime) -> str | None:
+    if facts.status != "failed":
+        return None
+    return "the restart policy gave up: the pipeline is failed" + _because(facts)
+
+
+def _unhealthy(params: dict, facts: Facts, now: datetime) -> str | None:
+    return f"{facts.health}: {facts.health_why}" if facts.health_red else None
+
+
+def _backing_off(params: dict, facts: Facts, now: datetime) -> str | None:
+    limit = timedelta(minutes=params["minutes"])
+    since = facts.backing_off_since
+    if facts.status == "backing-off" and since is not None and now - since > limit:
+        return (
+            f"backing off for {_minutes(now - since)} (more than {params['minutes']:g} min)"
+            + _because(facts)
+        )
+    return None
+
+
+def _restarts(params: dict, facts: Facts, now: datetime) -> str | None:
+    window = timedelta(minutes=params["minutes"])
+    recent = [at for at in facts.failures_at if now - at <= window]
+    if len(recent) > params["count"]:
+        return (
+            f"{len(recent)} failures within {params['minutes']:g} min "
+            f"(more than {params['count']:g})" + _because(facts)
+        )
+    return None
+
+
+def _lag_seconds(params: dict, facts: Facts, now: datetime) -> str | None:
+    if facts.lag_seconds is not None and facts.lag_seconds > params["above"]:
+        return f"lag {facts.lag_seconds:.0f} s (above {params['above']:g} s)"
+    return None
+
+
+def _lag_records(params: dict, facts: Facts, now: datetime) -> str | None:
+    if facts.lag_records is not None and facts.lag_records > params["above"]:
+        return f"lag {facts.lag_records:,} records (above {params['above']:,.0f})"
+    return None
+
+
+def _backpressure_high(params: dict, facts: Facts, now: datetime) -> str | None:
+    return (
+        "backpressure high: batches take longer than the trigger"
+        if facts.backpressure == "high"
+        else None
+    )
+
+
+def _no_commit(params: dict, facts: Facts, now: datetime) -> str | None:
+    if facts.desired_state != "running":
+        return None
+    limit = timedelta(minutes=params["minutes"])
+    since = max(filter(None, (facts.last_commit_at, facts.started_at)), default=None)
+    if since is not None and now - since > limit:
+        what = (
+            "no batch committed" if facts.last_commit_at else "no batch committed since the start"
+        )
+        return f"{what} for {_minutes(now - since)} (more than {params['minutes']:g} min)"
+    return None
+
+
+def _data_loss(params: dict, facts: Facts, now: datetime) -> str | None:
+    left = facts.data_loss_seconds
+    if left is not None and left < params["below"]:
+        if left <= 0:
+            return "unread records are past the topic's retention: they may be deleted now"
+        return (
+            f"unread records may be deleted by retention in {_minutes(timedelta(seconds=left))}"
+            f" (below {params['below']:g} s)"
+        )
+    return None
+
+
+def _rolled_back(params: dict, facts: Facts, now: datetime) -> str | None:
+    at = facts.rolled_back_at
+    if at is not None and now - at <= timedelta(minutes=params["minutes"]):
+        return facts.rolled_back_note or "rolled back automatically"
+    return None
+
+
+def _state_growth(params: dict, facts: Facts, now: datetime) -> str | None:
+    window = timedelta(hours=params["hours"])
+    growing = []
+    for series in facts.state:
+        trend = assess(series.samples, now, window)
+        if trend.unbounded:
+            growing.append(f"{series.label}: {trend.rates()} ({trend.rows_now:,} rows now)")
+    if not growing:
+        return None
+    which = "; ".join(growing)
+    return f"state grows without bound over the last {params['hours']:g} h: {which}"
+
+
+# What each pipeline rule kind checks: kind -> (params, facts, now) -> its message, or None.
+_HOLDS = {
+    "gave-up": _gave_up,
+    "unhealthy": _unhealthy,
+    "backing-off": _backing_off,
+    "restarts": _restarts,
+    "lag-seconds": _lag_seconds,
+    "lag-records": _lag_records,
+    "backpressure-high": _backpressure_high,
+    "no-commit": _no_commit,
+    "data-loss": _data_loss,
+    "rolled-back": _rolled_back,
+    "state-growth": _state_growth,
+}
+
+
 def holds(kind: str, params: dict, facts: Facts, now: datetime) -> str | None:
     """The message saying why the rule holds for the pipeline, or None."""
-    if kind == "gave-up":
-        if facts.status != "failed":
-            return None
-        return "the restart policy gave up: the pipeline is failed" + _because(facts)
-    if kind == "unhealthy":
-        return f"{facts.health}: {facts.health_why}" if facts.health_red else None
-    if kind == "backing-off":
-        limit = timedelta(minutes=params["minutes"])
-        since = facts.backing_off_since
-        if facts.status == "backing-off" and since is not None and now - since > limit:
-            return (
-                f"backing off for {_minutes(now - since)} (more than {params['minutes']:g} min)"
-                + _because(facts)
-            )
-        return None
-    if kind == "restarts":
-        window = timedelta(minutes=params["minutes"])
-        recent = [at for at in facts.failures_at if now - at <= window]
-        if len(recent) > params["count"]:
-            return (
-                f"{len(recent)} failures within {params['minutes']:g} min "
-                f"(more than {params['count']:g})" + _because(facts)
-            )
-        return None
-    if kind == "lag-seconds":
-        if facts.lag_seconds is not None and facts.lag_seconds > params["above"]:
-            return f"lag {facts.lag_seconds:.0f} s (above {params['above']:g} s)"
-        return None
-    if kind == "lag-records":
-        if facts.lag_records is not None and facts.lag_records > params["above"]:
-            return f"lag {facts.lag_records:,} records (above {params['above']:,.0f})"
-        return None
-    if kind == "backpressure-high":
-        return (
-            "backpressure high: batches take longer than the trigger"
-            if facts.backpressure == "high"
-            else None
-        )
-    if kind == "no-commit":
-        if facts.desired_state != "running":
-            return None
-        limit = timedelta(minutes=params["minutes"])
-        since = max(filter(None, (facts.last_commit_at, facts.started_at)), default=None)
-        if since is not None and now - since > limit:
-            what = (
-                "no batch committed"
-                if facts.last_commit_at
-                else "no batch committed since the start"
-            )
-            return f"{what} for {_minutes(now - since)} (more than {params['minutes']:g} min)"
-        return None
-    if kind == "data-loss":
-        left = facts.data_loss_seconds
-        if left is not None and left < params["below"]:
-            if left <= 0:
-                return "unread records are past the topic's retention: they may be deleted now"
-            return (
-                f"unread records may be deleted by retention in {_minutes(timedelta(seconds=left))}"
-                f" (below {params['below']:g} s)"
-            )
-        return None
-    if kind == "rolled-back":
-        at = facts.rolled_back_at
-        if at is not None and now - at <= timedelta(minutes=params["minutes"]):
-            return facts.rolled_back_note or "rolled back automatically"
-        return None
-    if kind == "state-growth":
-        window = timedelta(hours=params["hours"])
-        growing = []
-        for series in facts.state:
-            trend = assess(series.samples, now, window)
-            if trend.unbounded:
-                growing.append(f"{series.label}: {trend.rates()} ({trend.rows_now:,} rows now)")
-        if not growing:
-            return None
-        which = "; ".join(growing)
-        return f"state grows without bound over the last {params['hours']:g} h: {which}"
-    raise ValueError(f"not a pipeline rule: {kind}")
+    check = _HOLDS.get(kind)
+    if check is None:
+        raise ValueError(f"not a pipeline rule: {kind}")
+    return check(params, facts, now)
 
 
 def control_plane_holds(params: dict, facts: ControlPlaneFacts, now: datetime) -> str | None:

@@ -132,17 +132,20 @@ def placed(request) -> tuple[dict[str, list], list]:
     return by_place, rest
 
 
+# A restart policy's bound on attempts, by its kind (failure-rate bounds failures per interval,
+# not attempts: None, as an unbounded one).
+_ATTEMPT_LIMITS = {
+    "fixed-delay": lambda policy: policy.get("attempts"),
+    "exponential-delay": lambda policy: policy.get("max_attempts"),
+    "none": lambda policy: 0,
+}
+
+
 def restart_progress(pipeline: Pipeline, now: datetime) -> dict:
     """ "attempt 3 of 5, next in 12 s": the policy's bound on attempts (None: unbounded)."""
     policy = (pipeline.spec or {}).get("restart_policy") or {}
     kind = policy.get("kind", "exponential-delay")
-    limit = None
-    if kind == "fixed-delay":
-        limit = policy.get("attempts")
-    elif kind == "exponential-delay":
-        limit = policy.get("max_attempts")
-    elif kind == "none":
-        limit = 0
+    limit = _ATTEMPT_LIMITS.get(kind, lambda p: None)(policy)
     seconds = None
     if pipeline.status == Status.BACKING_OFF and pipeline.next_attempt_at is not None:
         seconds = max(0, round((pipeline.next_attempt_at - now).total_seconds()))
