@@ -531,7 +531,11 @@ class Kafka(Service):
         if self.data.joinpath("meta.properties").exists():
             return
         log(f"formatting Kafka storage in {self.data}")
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        # Kafka's own form of a cluster id (urlsafe base64 of 16 bytes); never one starting with
+        # "-", which the tool's argument parser would take for an option (1 run in 64 failed).
+        cluster_id = "-"
+        while cluster_id.startswith("-"):
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         result = subprocess.run(
             [
                 *self._java(),
