@@ -4,8 +4,8 @@ driver writing the same rows with the same concurrency (the ceiling), in one run
   cassandra_sink     the real pipeline (jobs.pipeline.start_query, availableNow, sink kind
                      cassandra, partition key delivery_id): Kafka read, parsed, each batch's
                      rows written by the executors (controlplane.spark.CassandraWriter:
-                     asynchronous, max_in_flight per task, token-aware, stamped with the
-                     batch's position)
+                     asynchronous, max_in_flight per task, token-aware, each row stamped
+                     with its record's own position: no shuffle, nothing held back)
   cassandra_ceiling  the same number of rows of the same columns (no Kafka, no Spark) written
                      by one loop of the Java driver in the same JVM (controlplane.spark.
                      CassandraCeiling): one prepared INSERT ... USING TIMESTAMP per row, at

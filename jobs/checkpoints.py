@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from jobs.kafka import readers
-from jobs.kafka.offsets import flatten
+from jobs.kafka.offsets import PLAN, flatten
+from jobs.kafka.offsets import record_stamps as _record_stamps
 from jobs.storage import Entry, Storage, basename, join, parent, storage_for
 
 
@@ -190,17 +191,49 @@ def batch_position(root: str | os.PathLike, batch_id: int, store: Storage | None
     watermark-only batch, still comes after the one before). Raises FileNotFoundError if the
     batch is not in the offset log, ValueError if its entry does not parse."""
     root = os.fspath(root)
-    store = store or storage_for(root)
-    lines = store.read_text(join(root, "offsets", str(batch_id))).splitlines()
-    if len(lines) < 3 or lines[2] in ("-", ""):
-        raise ValueError(f"offset log entry {batch_id} has no source offsets")
-    offsets = json.loads(lines[2])
+    offsets = _end_offsets(store or storage_for(root), root, batch_id)
     total = 0
     for topic, partitions in offsets.items():
         if topic.startswith("$") or not isinstance(partitions, dict):
             continue  # the Python reader's bookkeeping
         total += sum(int(v) for v in partitions.values() if int(v) >= 0)
     return total + batch_id
+
+
+def _end_offsets(store: Storage, root: str, batch_id: int) -> dict:
+    """Batch `batch_id`'s entry in the offset log: its source's end offsets (JSON)."""
+    lines = store.read_text(join(root, "offsets", str(batch_id))).splitlines()
+    if len(lines) < 3 or lines[2] in ("-", ""):
+        raise ValueError(f"offset log entry {batch_id} has no source offsets")
+    return json.loads(lines[2])
+
+
+def record_stamps(
+    root: str | os.PathLike, batch_id: int, store: Storage | None = None
+) -> dict[tuple[str, int], int] | None:
+    """Per source partition of batch `batch_id`, what to add to a record's offset for a
+    stamp of its own between the batch before's position and this one's (jobs.kafka.offsets.
+    record_stamps), from the offset log: where the batch starts is where the one before ended
+    (the first batch: where the query started, Spark's connector's `sources/0/0`; our reader's
+    plan: partitions it began reading in this batch). None when that is not on record."""
+    root = os.fspath(root)
+    store = store or storage_for(root)
+    try:
+        ends = _end_offsets(store, root, batch_id)
+        if batch_id == 0:
+            start, previous = source_start_offsets(root, store), None
+        else:
+            start = flatten(_end_offsets(store, root, batch_id - 1))
+            previous = batch_position(root, batch_id - 1, store)
+    except (FileNotFoundError, ValueError, AttributeError):
+        return None
+    plan = ends.get(PLAN)
+    if isinstance(plan, dict) and isinstance(plan.get("from"), dict):
+        start.update(flatten(plan["from"]))
+    end = flatten(ends)
+    if not end:
+        return None
+    return _record_stamps(start, end, batch_position(root, batch_id, store), previous)
 
 
 def _batch(

@@ -281,6 +281,14 @@ _PY4J_PROXY_ERROR = "py4j.Py4JException"  # a Python callback's (foreachBatch's)
 # The stores checkpoints and files sinks are on: what a failure of one is, in words, after
 # the store's name (`name_stores`: "the checkpoint store HDFS at nn:8020"; else "HDFS", "S3").
 HDFS, S3 = "hdfs", "s3"
+_STORE_WORDS = {HDFS: "HDFS", S3: "S3"}  # how a failure's words name a store of each kind
+_STORE_OF_SCHEME = {"hdfs": HDFS, "s3a": S3, "s3": S3, "s3n": S3}
+# Where a store of each kind is, from its URI and the S3 endpoint: HDFS's NameNode is in the
+# URI; S3's endpoint is the connection's (none: AWS's own).
+_PLACE = {
+    HDFS: lambda uri, endpoint: _address(uri),
+    S3: lambda uri, endpoint: _address(endpoint) or "AWS",
+}
 UNREACHABLE = "could not be reached"
 _STORE_CLASSES: dict[str, tuple[str, str]] = {
     "org.apache.hadoop.hdfs.server.namenode.SafeModeException": (HDFS, "is in safe mode"),
@@ -644,7 +652,7 @@ def _store_fault(
 
 
 def _store(stores: Mapping[str, str], kind: str) -> str:
-    return stores.get(kind) or ("HDFS" if kind == HDFS else "S3")
+    return stores.get(kind) or _STORE_WORDS[kind]
 
 
 def _origin(java: Any) -> str | None:
@@ -848,16 +856,16 @@ def store_names(
     places: dict[str, set[str]] = {}
     for role, uri in [("checkpoint", checkpoint), *(("files", root) for root in files_roots)]:
         scheme = urlsplit(uri).scheme.lower() if "://" in uri else ""
-        kind = HDFS if scheme == "hdfs" else S3 if scheme in ("s3a", "s3", "s3n") else None
+        kind = _STORE_OF_SCHEME.get(scheme)
         if kind is None:
             continue
         if role not in roles.setdefault(kind, []):
             roles[kind].append(role)
-        where = _address(uri) if kind == HDFS else _address(s3_endpoint) or "AWS"
+        where = _PLACE[kind](uri, s3_endpoint)
         places.setdefault(kind, set()).add(where)
     names = {}
     for kind, found in roles.items():
-        store = "HDFS" if kind == HDFS else "S3"
+        store = _STORE_WORDS[kind]
         if len(places[kind]) == 1:  # several HDFS clusters: which one is in the message
             store = f"{store} at {next(iter(places[kind]))}"
         whose = {

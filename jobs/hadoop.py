@@ -65,7 +65,14 @@ DEFAULT_TIMEOUT_SECONDS = 10
 # (CONTROLPLANE_STORAGE_TIMEOUT_SECONDS, for the control plane's own requests, may be 0.5 s):
 # a second at least, and ten minutes, longer than which a wait is a hang by another name.
 MIN_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS = 1, 600
-SCHEMES = ("file", "hdfs", "s3a")
+# Per scheme a checkpoint root may have, its checkpoint file manager: S3 has no atomic rename,
+# so S3A's writes a checkpoint file in one PUT (and aborts it on failure).
+CHECKPOINT_MANAGERS = {
+    "file": FILE_SYSTEM_CHECKPOINTS,
+    "hdfs": FILE_SYSTEM_CHECKPOINTS,
+    "s3a": S3A_CHECKPOINTS,
+}
+SCHEMES = tuple(CHECKPOINT_MANAGERS)
 
 
 class StorageError(ValueError):
@@ -92,8 +99,8 @@ def session_conf(storage: Mapping[str, Any]) -> dict[str, str]:
         )
     timeout = _timeout(storage.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS))
     s3, hdfs = storage.get("s3"), storage.get("hdfs")
-    conf = {CHECKPOINT_MANAGER: S3A_CHECKPOINTS if kind == "s3a" else FILE_SYSTEM_CHECKPOINTS}
-    if s3 or kind == "s3a":
+    conf = {CHECKPOINT_MANAGER: CHECKPOINT_MANAGERS[kind]}
+    if s3 or conf[CHECKPOINT_MANAGER] == S3A_CHECKPOINTS:
         # Without an "s3" (AWS's own S3, keys from the machine): S3A's defaults for those,
         # and the time bounds all the same.
         conf.update(_s3a(s3 or {}, timeout))

@@ -3,7 +3,7 @@ a cassandra sink, supervised by the control plane, is SIGKILLed three times whil
 backlog of updates to the same keys (each key updated many times, in many batches). The final
 table equals the one a run without kills writes (the same query in the test's own Spark
 session, into a table of its own): every key's value, and its write time, which is its last
-batch's position in the source (the same batches, cut the same way from the same offset log:
+record's position in the source (the same batches, cut the same way from the same offset log:
 a replayed batch is the batch it was)."""
 
 from __future__ import annotations

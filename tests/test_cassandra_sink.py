@@ -1,9 +1,10 @@
 """Kafka -> Cassandra through the cassandra sink, in the test's own Spark session (the real
 query, jobs.pipeline.start_query), into the real Cassandra node `./stack test` starts: rows
-land with the output's values and types, each cell stamped with its batch's position in the
-source; a replayed batch changes nothing; an older write that comes late (a zombie task) never
-wins over a newer one, nor does an older event when the spec stamps by event time; a stateful
-count in update mode lands as upserts; dead letters go where the spec says, once."""
+land with the output's values and types, each cell stamped with its record's own position in
+the source (between its batch's and the one before's); a replayed batch changes nothing; an
+older write that comes late (a zombie task) never wins over a newer one, nor does an older
+event when the spec stamps by event time; a stateful count in update mode lands as upserts;
+dead letters go where the spec says, once."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from decimal import Decimal
 import psycopg
 import pytest
 
-from jobs.checkpoints import batch_position
+from jobs.checkpoints import batch_position, record_stamps
+from jobs.kafka.offsets import flatten
 from jobs.runconfig import RunConfig
 from jobs.sinks.cassandra.store import ORDER, CassandraStore
 from jobs.spec import parse_spec
@@ -126,6 +128,27 @@ def batches(checkpoint: str) -> list[int]:
     return sorted(int(p.name) for p in (Path(checkpoint) / "commits").glob("[0-9]*"))
 
 
+def end_offsets(checkpoint: str, batch: int) -> dict[tuple[str, int], int]:
+    import json
+    from pathlib import Path
+
+    lines = (Path(checkpoint) / "offsets" / str(batch)).read_text().splitlines()
+    return flatten(json.loads(lines[2]))
+
+
+def stamps_of(checkpoint: str, done: list[int]) -> dict[int, set[int]]:
+    """Per batch, the stamps its records get (each record its own: jobs.checkpoints.
+    record_stamps), from the offset log."""
+    out = {}
+    for b in done:
+        added = record_stamps(checkpoint, b)
+        assert added is not None, f"batch {b}: no stamps of its own"
+        end = end_offsets(checkpoint, b)
+        start = end_offsets(checkpoint, b - 1) if b else dict.fromkeys(end, 0)
+        out[b] = {added[tp] + o for tp in end for o in range(start.get(tp, 0), end[tp])}
+    return out
+
+
 def letters(sink_dsn: str, pipeline: str) -> list[bytes]:
     with psycopg.connect(sink_dsn) as conn:
         found = conn.execute(
@@ -174,13 +197,17 @@ def test_rows_land_with_their_values_types_and_position_stamps(
         False,
     )
     assert r7.at.replace(tzinfo=UTC) == datetime(2026, 11, 28, 10, 7, tzinfo=UTC)
-    # Every cell is stamped with the position of the batch that wrote it: the positions of
-    # the query's batches, each batch's own.
+    # Every cell is stamped with its record's position: each its own, those of a batch
+    # above every stamp of the batch before and below the batch's own position.
     done = batches(cfg.checkpoint)
     assert len(done) >= 3  # 100 records a batch at most
-    positions = {batch_position(cfg.checkpoint, b) for b in done}
-    assert {r.stamp for r in found.values()} <= positions
-    assert len({r.stamp for r in found.values()}) == len(done)
+    expected = stamps_of(cfg.checkpoint, done)
+    stamps = {r.stamp for r in found.values()}
+    assert len(stamps) == 250
+    assert stamps <= set().union(*expected.values())
+    for b in done:
+        low = batch_position(cfg.checkpoint, b - 1) if b else -1
+        assert low < min(expected[b]) <= max(expected[b]) < batch_position(cfg.checkpoint, b)
     # The records that do not parse are in the sink database's dead-letter table, once.
     assert sorted(letters(sink_dsn, cfg.pipeline)) == sorted([MALFORMED, b""])
 
@@ -193,15 +220,22 @@ def test_a_replayed_batch_changes_nothing_and_a_late_older_write_never_wins(
     cfg = config(
         tmp_path, topic, name, sink_dsn, kafka_bootstrap, table="latest", partition_key=["id"]
     )
-    produce(kafka_bootstrap, topic, [record(1, n=1), record(2, n=20)], partitions=1)
+    # r2 twice in a batch: the later record wins (its stamp is higher).
+    produce(
+        kafka_bootstrap,
+        topic,
+        [record(1, n=1), record(2, n=21), record(2, n=20)],
+        partitions=1,
+    )
     drain(spark, cfg)
-    produce(kafka_bootstrap, topic, [record(1, n=2), MALFORMED], partitions=1, start=2)
+    produce(kafka_bootstrap, topic, [record(1, n=2), MALFORMED], partitions=1, start=3)
     drain(spark, cfg)
     first, second = batches(cfg.checkpoint)
     before = rows(session, "latest")
     assert (before["r1"].n, before["r2"].n) == (2, 20)
-    assert before["r1"].stamp == batch_position(cfg.checkpoint, second)
-    assert before["r2"].stamp == batch_position(cfg.checkpoint, first)
+    tp = (topic, 0)
+    assert before["r1"].stamp == record_stamps(cfg.checkpoint, second)[tp] + 3
+    assert before["r2"].stamp == record_stamps(cfg.checkpoint, first)[tp] + 2
     # The driver died after the writes, before Spark's commit: the batch is replayed.
     forget_last_commit(cfg.checkpoint)
     drain(spark, cfg)

@@ -7,7 +7,7 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.kafka.offsets import Range, available, cap, find_losses, flatten, split
+from jobs.kafka.offsets import Range, available, cap, find_losses, flatten, record_stamps, split
 
 
 def test_without_a_limit_the_batch_takes_everything():
@@ -121,3 +121,37 @@ def test_positions_within_the_log_or_at_its_ends_are_no_loss():
 
 
 LATEST = {("t", 0): 100, ("t", 1): 100}
+
+
+# -- record_stamps: a stamp of its own for each record of a batch -----------------------------
+
+
+def test_record_stamps_lie_between_the_batch_before_and_this_batch():
+    start = {("a", 0): 10, ("a", 1): 5, ("b", 0): 0}
+    end = {("a", 0): 14, ("a", 1): 5, ("b", 0): 3}
+    previous = 10 + 5 + 0 + 6  # the batch before (id 6) ended where this one starts
+    position = 14 + 5 + 3 + 7  # this batch: id 7
+    added = record_stamps(start, end, position, previous)
+    stamps = [added[tp] + o for tp in sorted(end) for o in range(start[tp], end[tp])]
+    assert len(stamps) == len(set(stamps)) == 7
+    assert previous < min(stamps) and max(stamps) < position
+    # Within a partition a later offset is a higher stamp: the later record wins.
+    assert stamps == sorted(stamps)
+
+
+def test_record_stamps_of_a_first_batch_and_of_an_empty_one():
+    added = record_stamps({("a", 0): 0}, {("a", 0): 3}, 3 + 0, None)
+    assert [added[("a", 0)] + o for o in range(3)] == [0, 1, 2]
+    assert record_stamps({("a", 0): 3}, {("a", 0): 3}, 3 + 1, 3 + 0) == {("a", 0): 1}
+
+
+def test_record_stamps_are_refused_when_where_the_batch_starts_is_not_known():
+    end = {("a", 0): 5, ("a", 1): 5}
+    assert record_stamps({("a", 0): 0}, end, 11, 5) is None  # a new partition
+    assert record_stamps({("a", 0): 6, ("a", 1): 0}, end, 11, 5) is None  # start after end
+    # Partitions dropped from the source: the layout would reach below the batch before.
+    assert record_stamps({("a", 0): 0, ("a", 1): 0}, end, 11, 50) is None
+
+
+def test_a_symbolic_end_offset_is_no_partition_of_the_batch():
+    assert record_stamps({("a", 0): 1}, {("a", 0): 4, ("a", 1): -1}, 4 + 1, 1 + 0) == {("a", 0): 1}

@@ -11,7 +11,7 @@ from django.core.validators import EmailValidator, URLValidator
 from controlplane.crypto import SecretsUnreadable
 
 from . import targets
-from .models import AlertChannel, ChannelKind
+from .models import MAILED, AlertChannel
 from .targets import TargetProblem
 
 __all__ = ["TargetProblem", "clean_target"]
@@ -21,7 +21,7 @@ def clean_target(kind: str, submitted: str, channel: AlertChannel | None = None)
     """The target to store: e-mail addresses as given, or the full URL, its masked parts
     filled in from `channel`'s stored URL (`targets.resolve`). Raises TargetProblem saying
     what is wrong (never quoting the URL)."""
-    if kind == ChannelKind.EMAIL:
+    if kind in MAILED:
         addresses = [a.strip() for a in submitted.split(",") if a.strip()]
         if not addresses:
             raise TargetProblem("give one or more e-mail addresses")
@@ -36,7 +36,7 @@ def clean_target(kind: str, submitted: str, channel: AlertChannel | None = None)
     except ValueError:  # e.g. an unclosed IPv6 bracket
         raise TargetProblem("must be an http(s) URL") from None
     stored = None
-    if channel is not None and channel.pk and channel.kind != ChannelKind.EMAIL:
+    if channel is not None and channel.pk and channel.kind not in MAILED:
         if targets.has_placeholders(submitted) and channel.url_encrypted:
             if channel.kind != kind:
                 # Which parts are secret depends on the kind (a Slack path): a masked URL

@@ -100,18 +100,26 @@ def title(delivery: AlertDelivery) -> str:
 def send(delivery: AlertDelivery) -> None:
     """Raises if the channel did not take it."""
     channel = delivery.channel
-    body = payload(delivery)
-    if channel.kind == ChannelKind.EMAIL:
-        recipients = [a.strip() for a in channel.target.split(",") if a.strip()]
-        text = f"{body['message']}\n\nsince {body['since']}\n{body['url']}\n"
-        send_mail(title(delivery), text, settings.DEFAULT_FROM_EMAIL, recipients)
-        return
-    if channel.kind == ChannelKind.SLACK:
-        data = json.dumps({"text": f"{title(delivery)}\n{body['message']}\n{body['url']}"})
-        headers = {"Content-Type": "application/json"}
-    else:
-        data = json.dumps(body, sort_keys=True)
-        headers = {"Content-Type": "application/json", **signature(channel, data)}
+    _SENDERS[channel.kind](delivery, channel, payload(delivery))
+
+
+def _mail(delivery: AlertDelivery, channel, body: dict) -> None:
+    recipients = [a.strip() for a in channel.target.split(",") if a.strip()]
+    text = f"{body['message']}\n\nsince {body['since']}\n{body['url']}\n"
+    send_mail(title(delivery), text, settings.DEFAULT_FROM_EMAIL, recipients)
+
+
+def _slack(delivery: AlertDelivery, channel, body: dict) -> None:
+    data = json.dumps({"text": f"{title(delivery)}\n{body['message']}\n{body['url']}"})
+    _post(channel, data, {"Content-Type": "application/json"})
+
+
+def _webhook(delivery: AlertDelivery, channel, body: dict) -> None:
+    data = json.dumps(body, sort_keys=True)
+    _post(channel, data, {"Content-Type": "application/json", **signature(channel, data)})
+
+
+def _post(channel, data: str, headers: dict[str, str]) -> None:
     url = channel.get_url()
     with scrubbing_logs(channel):
         # No redirects: a credential in the URL is for its host only, and a receiver that
@@ -121,6 +129,10 @@ def send(delivery: AlertDelivery) -> None:
         )
     if response.status_code >= 300:
         raise RuntimeError(f"{channel.target} answered {response.status_code}")  # masked
+
+
+# How each kind of channel is sent to.
+_SENDERS = {ChannelKind.EMAIL: _mail, ChannelKind.SLACK: _slack, ChannelKind.WEBHOOK: _webhook}
 
 
 def signature(channel, data: str, *, at: int | None = None) -> dict[str, str]:

@@ -51,7 +51,11 @@ def evaluate(now: datetime) -> dict:
             for a in Alert.objects.filter(state__in=AlertState.open()).select_related("rule")
         }
         facts = _pipeline_facts(now, enabled) if enabled else {}
-        plane = _control_plane_facts() if any(r.kind == "control-plane" for r in enabled) else None
+        plane = (
+            _control_plane_facts()
+            if any(not rules.KINDS[r.kind].about_pipelines for r in enabled)
+            else None
+        )
         budget = ChannelBudget(now)
         seen = set()
         for rule in enabled:
@@ -69,7 +73,7 @@ def evaluate(now: datetime) -> dict:
 
 
 def _subjects(rule: AlertRule, facts: dict, plane, now: datetime):
-    if rule.kind == "control-plane":
+    if not rules.KINDS[rule.kind].about_pipelines:
         yield rules.CONTROL_PLANE, None, rules.control_plane_holds(rule.params, plane, now)
         return
     for pipeline_id, (name, pipeline_facts, labels) in facts.items():
@@ -221,9 +225,11 @@ def _pipeline_facts(
     now: datetime, enabled: list[AlertRule]
 ) -> dict[int, tuple[str, rules.Facts, dict]]:
     windows = [
-        timedelta(minutes=r.params.get("minutes", 0))
+        timedelta(minutes=minutes)
         for r in enabled
-        if r.kind == "restarts" and isinstance(r.params.get("minutes"), int | float)
+        if (over := rules.KINDS[r.kind].failures_over)
+        and isinstance(minutes := r.params.get(over), int | float)
+        and not isinstance(minutes, bool)
     ]
     window = max([DEFAULT_FAILURE_WINDOW, *windows])
     failures: dict[int, list[datetime]] = {}
@@ -242,7 +248,7 @@ def _pipeline_facts(
             "pipeline_id", "lag_records", "lag_seconds", "backpressure", "data_loss_seconds"
         )
     }
-    growth = [r for r in enabled if r.kind == "state-growth" and _hours(r) is not None]
+    growth = [r for r in enabled if _hours(r) is not None]
     series = {}
     if growth:
         # Only the pipelines the rules are about, when every rule names one.
@@ -302,7 +308,11 @@ def _pipeline_facts(
 
 
 def _hours(rule: AlertRule) -> float | None:
-    hours = (rule.params or {}).get("hours")
+    """The hours of state history a rule reads (None: it reads none, or its are not valid)."""
+    over = rules.KINDS[rule.kind].state_over
+    if not over:
+        return None
+    hours = (rule.params or {}).get(over)
     if isinstance(hours, bool) or not isinstance(hours, int | float) or hours <= 0:
         return None  # the API refuses such parameters; a rule stored otherwise is skipped
     return float(hours)

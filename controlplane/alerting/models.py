@@ -21,6 +21,11 @@ class ChannelKind(models.TextChoices):
     SLACK = "slack", "Slack-compatible webhook"
 
 
+# Kinds sent by e-mail, their target a list of addresses; the others POST to a URL (kept
+# encrypted, shown masked).
+MAILED = frozenset({ChannelKind.EMAIL})
+
+
 class AlertChannel(models.Model):
     """Where alerts are sent. Defined by admins; a webhook's signing key and the secret parts
     of its URL (user info, query values, a Slack-style path: controlplane.alerting.targets)
@@ -53,7 +58,7 @@ class AlertChannel(models.Model):
 
     def save(self, *args, **kwargs) -> None:
         # The one place every write goes through: a full URL never reaches the table.
-        if self.kind == ChannelKind.EMAIL:
+        if self.kind in MAILED:
             self.url_encrypted = ""
         elif not targets.has_placeholders(self.target):
             self.set_url(self.target)

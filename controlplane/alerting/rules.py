@@ -14,34 +14,55 @@ from datetime import datetime, timedelta
 
 from .state_growth import OperatorSeries, assess
 
-# kind: (parameters it takes, what it watches). Parameters are numbers.
-KINDS: dict[str, tuple[tuple[str, ...], str]] = {
-    "gave-up": ((), "the pipeline's restart policy gave up (status failed)"),
-    "unhealthy": (
-        (),
-        "the pipeline's health is red: failed, crash-looping or failing (docs/oncall.md)",
+
+@dataclass(frozen=True)
+class RuleKind:
+    """What a kind of rule takes (its parameters, numbers), what it watches (in words), and
+    what evaluating it needs."""
+
+    params: tuple[str, ...]
+    watches: str
+    positive: tuple[str, ...] = ()  # parameters that must be more than 0 (others: >= 0)
+    about_pipelines: bool = True  # False: about the control plane itself
+    failures_over: str = ""  # the parameter: minutes of failure history it reads
+    state_over: str = ""  # the parameter: hours of state history it reads
+
+
+KINDS: dict[str, RuleKind] = {
+    "gave-up": RuleKind((), "the pipeline's restart policy gave up (status failed)"),
+    "unhealthy": RuleKind(
+        (), "the pipeline's health is red: failed, crash-looping or failing (docs/oncall.md)"
     ),
-    "backing-off": (("minutes",), "the pipeline has been backing off for longer than N minutes"),
-    "restarts": (("count", "minutes"), "more than COUNT failures within MINUTES"),
-    "lag-seconds": (("above",), "lag in seconds above a threshold (for the rule's `for` time)"),
-    "lag-records": (("above",), "lag in records above a threshold (for the rule's `for` time)"),
-    "backpressure-high": ((), "backpressure high (for the rule's `for` time)"),
-    "no-commit": (("minutes",), "wanted running, and no batch committed for N minutes"),
-    "data-loss": (
-        ("below",),
-        "Kafka's retention may delete unread records within BELOW seconds",
+    "backing-off": RuleKind(
+        ("minutes",), "the pipeline has been backing off for longer than N minutes"
     ),
-    "rolled-back": (
-        ("minutes",),
-        "a bad deploy was rolled back automatically within the last N minutes",
+    "restarts": RuleKind(
+        ("count", "minutes"), "more than COUNT failures within MINUTES", failures_over="minutes"
     ),
-    "state-growth": (
+    "lag-seconds": RuleKind(
+        ("above",), "lag in seconds above a threshold (for the rule's `for` time)"
+    ),
+    "lag-records": RuleKind(
+        ("above",), "lag in records above a threshold (for the rule's `for` time)"
+    ),
+    "backpressure-high": RuleKind((), "backpressure high (for the rule's `for` time)"),
+    "no-commit": RuleKind(("minutes",), "wanted running, and no batch committed for N minutes"),
+    "data-loss": RuleKind(
+        ("below",), "Kafka's retention may delete unread records within BELOW seconds"
+    ),
+    "rolled-back": RuleKind(
+        ("minutes",), "a bad deploy was rolled back automatically within the last N minutes"
+    ),
+    "state-growth": RuleKind(
         ("hours",),
         "a stateful operator's state kept growing over the last N hours, without levelling off",
+        positive=("hours",),
+        state_over="hours",
     ),
-    "control-plane": (
+    "control-plane": RuleKind(
         ("minutes",),
         "the control plane's reconcile tick or metrics collector has not run for N minutes",
+        about_pipelines=False,
     ),
 }
 CONTROL_PLANE = "control plane"  # the subject of control-plane rules
@@ -82,7 +103,7 @@ def params_problem(kind: str, params: dict) -> str | None:
     """Why these parameters do not fit the kind, or None."""
     if kind not in KINDS:
         return f"must be one of {', '.join(sorted(KINDS))}"
-    wanted = KINDS[kind][0]
+    wanted = KINDS[kind].params
     unknown = sorted(set(params) - set(wanted))
     if unknown:
         return f"{kind} takes {', '.join(wanted) or 'no parameters'}; not {', '.join(unknown)}"
@@ -92,8 +113,9 @@ def params_problem(kind: str, params: dict) -> str | None:
             return f"{kind} needs {name} (a number)"
         if value < 0:
             return f"{name} must not be negative"
-    if kind == "state-growth" and params["hours"] <= 0:
-        return "hours must be more than 0"
+    for name in KINDS[kind].positive:
+        if params[name] <= 0:
+            return f"{name} must be more than 0"
     return None
 
 

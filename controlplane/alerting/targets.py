@@ -35,6 +35,7 @@ SECRET_PATH_HOSTS = frozenset(
     {"hooks.slack.com", "discord.com", "discordapp.com", "hooks.zapier.com"}
 )
 SECRET_PATH_HOST_SUFFIXES = (".webhook.office.com",)
+SECRET_PATH_KINDS = frozenset({"slack"})  # channel kinds whose URL's path is a secret anywhere
 # Shorter values, outside the URL itself, would mask ordinary words and digits all over an
 # error message (the URL forms are replaced whole first, whatever their values' length).
 MIN_LENGTH = 4
@@ -108,7 +109,11 @@ class Url:
 
 
 def path_is_secret(kind: str, host: str) -> bool:
-    return kind == "slack" or host in SECRET_PATH_HOSTS or host.endswith(SECRET_PATH_HOST_SUFFIXES)
+    return (
+        kind in SECRET_PATH_KINDS
+        or host in SECRET_PATH_HOSTS
+        or host.endswith(SECRET_PATH_HOST_SUFFIXES)
+    )
 
 
 def _masked_path(path: str) -> str:

@@ -162,7 +162,7 @@ class AlertRuleSerializer(serializers.ModelSerializer):
                 services.parse_selector(data["label"])
             except services.Invalid as exc:
                 raise serializers.ValidationError({"label": [exc.detail]}) from None
-        if kind == "control-plane" and data.get("pipeline"):
+        if not rules.KINDS[kind].about_pipelines and data.get("pipeline"):
             raise serializers.ValidationError(
                 {"pipeline": ["a control-plane rule is about the control plane, not a pipeline"]}
             )

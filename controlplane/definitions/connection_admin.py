@@ -51,7 +51,8 @@ class ConnectionForm(forms.ModelForm):
                 submitted[name] = None
             elif data.get(f"secret_{name}"):
                 submitted[name] = data[f"secret_{name}"]
-        stored = self.instance.pk is not None and self.instance.kind == kind
+        # What is stored counts only for the same kind (its secrets are another kind's).
+        stored = self.instance.pk is not None and "kind" not in self.changed_data
         try:
             cleaned = clean_connection(
                 kind,

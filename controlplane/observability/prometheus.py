@@ -30,6 +30,7 @@ LEVELS = {"ok": 0, "low": 1, "high": 2}
 LAG_STATUSES = ("ok", "lagging", "stalled", "stopped")
 
 
+_FAMILY_TYPES = {"counter": CounterMetricFamily, "gauge": GaugeMetricFamily}
 FAMILIES = [
     ("cp_pipeline_status", "gauge", "1 for the pipeline's current status"),
     (
@@ -131,7 +132,7 @@ class StoredFigures:
     def collect(self):
         families = {}
         for name, kind, help_text in FAMILIES:
-            family = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+            family = _FAMILY_TYPES[kind]
             families[name] = (family, help_text, [])
 
         def add(name: str, labels: dict, value) -> None:

@@ -247,7 +247,7 @@ def _connection_form(request, *, connection, kind, values, errors, status=200):
             "value": values.get(f.name, ""),
             "errors": errors.get(f.name, []),
             "choices": forms.options(f, f.choices),
-            "is_set": f.kind == "secret" and f.path.split(".", 1)[1] in stored,
+            "is_set": f.type == "secret" and f.path.split(".", 1)[1] in stored,
         }
         for f in forms.CONNECTION_COMMON + forms.CONNECTION_FIELDS.get(kind, [])
         if not (connection is not None and f.name in ("name", "kind"))

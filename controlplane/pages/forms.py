@@ -29,7 +29,9 @@ class Field:
     name: str  # the input's name
     path: str  # what it edits: a dotted spec path, or "name" / "description"
     label: str
-    kind: str = "text"  # text | textarea | number | select | checkbox | list | json | secret
+    type: str = (
+        "text"  # the input: text | textarea | number | select | checkbox | list | json | secret
+    )
     help: str = ""
     choices: tuple[str, ...] = ()
     group: str = ""  # a restart policy kind: shown for that kind only
@@ -402,20 +404,20 @@ def _number(text: str) -> int | float:
 
 def _value(f: Field, raw: Any, parsed: Parsed) -> Any:
     """One input's text as the JSON value it stands for; `None` when left empty."""
-    if f.kind == "checkbox":
+    if f.type == "checkbox":
         return raw not in (None, "", "off", "false")
     text = (raw or "").strip() if isinstance(raw, str) or raw is None else raw
     if text == "":
         return None
-    if f.kind == "list":
+    if f.type == "list":
         return [part.strip() for part in text.split(",") if part.strip()]
-    if f.kind == "number":
+    if f.type == "number":
         try:
             return _number(text)
         except ValueError:
             parsed.error(f.name, f"{text!r} is not a number")
             return None
-    if f.kind == "json":
+    if f.type == "json":
         if re.fullmatch(r"[A-Za-z_-]+", text):
             return text  # earliest, latest: a bare word
         try:
@@ -529,11 +531,11 @@ def options(f: Field, choices: Any) -> list[tuple[str, str]]:
 def _text(f: Field, value: Any) -> Any:
     if value is None:
         return ""
-    if f.kind == "checkbox":
+    if f.type == "checkbox":
         return bool(value)
-    if f.kind == "list":
+    if f.type == "list":
         return ", ".join(str(v) for v in value)
-    if f.kind == "json":
+    if f.type == "json":
         return value if isinstance(value, str) else json.dumps(value)
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -548,7 +550,7 @@ def connection_from_form(post: dict[str, Any], kind: str) -> Parsed:
         parsed.data[f.path] = (post.get(f.name) or "").strip()
     for f in CONNECTION_FIELDS.get(kind, []):
         section, key = f.path.split(".", 1)
-        if f.kind == "secret":
+        if f.type == "secret":
             if post.get(f"remove_{f.name}"):
                 parsed.data["secrets"][key] = None
             elif post.get(f.name):
@@ -564,7 +566,7 @@ def connection_values(name: str, kind: str, description: str, settings: dict) ->
     """The form's inputs for a stored connection: its settings, never its secrets."""
     values: dict[str, Any] = {"name": name, "kind": kind, "description": description}
     for f in CONNECTION_FIELDS.get(kind, []):
-        if f.kind != "secret":
+        if f.type != "secret":
             values[f.name] = _text(f, _get({"settings": settings}, f.path))
     return values
 
@@ -572,7 +574,7 @@ def connection_values(name: str, kind: str, description: str, settings: dict) ->
 def without_secrets(post: dict[str, Any]) -> dict[str, Any]:
     """A submitted connection form to show again: what was typed, minus every secret."""
     secret_names = {
-        f.name for fields in CONNECTION_FIELDS.values() for f in fields if f.kind == "secret"
+        f.name for fields in CONNECTION_FIELDS.values() for f in fields if f.type == "secret"
     }
     return {k: v for k, v in post.items() if k not in secret_names}
 

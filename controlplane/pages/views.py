@@ -192,6 +192,14 @@ def _offsets(pipeline: Pipeline) -> dict:
     }
 
 
+# The reset form's targets that come with a value of their own (the others: "earliest",
+# "latest" as they are); offsets.reset checks them.
+_RESET_TARGETS = {
+    "timestamp": lambda post: {"timestamp": post.get("timestamp", "").strip()},
+    "offsets": lambda post: {"offsets": json.loads(post.get("offsets", ""))},
+}
+
+
 @require_POST
 @role_required(OPERATOR)
 def pipeline_offsets_reset(request, name: str):
@@ -199,18 +207,15 @@ def pipeline_offsets_reset(request, name: str):
     pipeline = get_object_or_404(Pipeline, name=name)
     if not detail.confirmed(request, pipeline.name, refusal="Not reset"):
         return detail.back(request, name, "offsets")
-    kind = request.POST.get("to", "")
-    to: object = kind
-    if kind == "timestamp":
-        to = {"timestamp": request.POST.get("timestamp", "").strip()}
-    elif kind == "offsets":
-        try:
-            to = {"offsets": json.loads(request.POST.get("offsets", ""))}
-        except ValueError:
-            detail.say(
-                request, messages.ERROR, 'Not reset: offsets must be JSON, {"topic": {"0": 1234}}.'
-            )
-            return detail.back(request, name, "offsets")
+    chosen = request.POST.get("to", "")
+    read = _RESET_TARGETS.get(chosen)
+    try:
+        to: object = read(request.POST) if read else chosen
+    except ValueError:
+        detail.say(
+            request, messages.ERROR, 'Not reset: offsets must be JSON, {"topic": {"0": 1234}}.'
+        )
+        return detail.back(request, name, "offsets")
     try:
         done = offsets.reset(
             pipeline,

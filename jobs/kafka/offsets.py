@@ -151,3 +151,41 @@ def find_losses(
             continue
         losses.append(Loss(topic, partition, position, first, reason))
     return losses
+
+
+def record_stamps(
+    start: dict[tuple[str, int], int],
+    end: dict[tuple[str, int], int],
+    position: int,
+    previous: int | None,
+) -> dict[tuple[str, int], int] | None:
+    """Per topic-partition of a batch, the number that added to a record's offset gives the
+    record a stamp of its own, or None when it cannot be done safely.
+
+    A batch's records are laid out one after another, partition by partition (sorted), each
+    at its offset's distance from where its partition starts in the batch, so that the
+    batch's stamps lie in (previous, position): above every stamp of the batch before (its
+    `previous` position, None for a first batch), below this batch's own `position` (what a
+    whole batch is stamped with, jobs.checkpoints.batch_position). A replay of the batch has
+    the same offsets and gives the same stamps. `start`: where the batch begins in each of
+    its partitions (the end of the batch before, or where the query started), `end`: its
+    end offsets (the next offset to read). None if a partition's start is not known or lies
+    after its end, or if the layout would reach below `previous` (partitions dropped from
+    the source)."""
+    lengths = {}
+    for tp, stop in end.items():
+        if stop < 0:
+            continue  # a symbolic offset (earliest/latest): not a position
+        first = start.get(tp)
+        if first is None or first < 0 or first > stop:
+            return None
+        lengths[tp] = stop - first
+    base = position - 1 - sum(lengths.values())
+    if previous is not None and base < previous:
+        return None
+    out = {}
+    before = 0
+    for tp in sorted(lengths):
+        out[tp] = base + 1 + before - start[tp]
+        before += lengths[tp]
+    return out

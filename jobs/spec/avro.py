@@ -232,36 +232,47 @@ class _Walk:
             if not _is_int(scale):
                 raise _invalid(f"decimal scale {_short(scale)} is not a whole number")
             info = _Info(0, 0, f"DECIMAL({precision}, {scale})")
-            if kind == "fixed":
+            if kind in _NAMED_TYPES:  # a fixed: its name can be referred to
                 self.define(t, namespace, info)
             return info
         if (kind, logical) in _LOGICAL:
             return _LEAVES[_LOGICAL[(kind, logical)]]
         if kind in _PRIMITIVES:
             return _LEAVES[_PRIMITIVES[kind]]
-        if kind == "record":
-            return self.record(t, namespace, level)
-        if kind == "enum":
-            symbols = t.get("symbols")
-            if isinstance(symbols, list) and len(symbols) > MAX_ENUM_SYMBOLS:
-                raise AvroSchemaError(
-                    f"enum {_short(t.get('name'))} has {len(symbols):,} symbols; at most "
-                    f"{MAX_ENUM_SYMBOLS:,} allowed"
-                )
-            self.define(t, namespace, _LEAVES["STRING"])
-            return _LEAVES["STRING"]
-        if kind == "fixed":
-            self.define(t, namespace, _LEAVES["BINARY"])
-            return _LEAVES["BINARY"]
-        if kind in ("array", "map"):
-            key = "items" if kind == "array" else "values"
-            if key not in t:
-                raise _invalid(f'{"an array" if kind == "array" else "a map"} needs "{key}"')
-            inner = self.type(t[key], namespace, self.enter(level))
-            self.bounded_length(len(inner.ddl) + len("MAP<STRING, >"))
-            ddl = f"ARRAY<{inner.ddl}>" if kind == "array" else f"MAP<STRING, {inner.ddl}>"
-            return _Info(inner.fields, inner.height + 1, ddl)
+        complex_type = _COMPLEX.get(kind)
+        if complex_type is not None:
+            return complex_type(self, t, namespace, level)
         return self.reference(kind, namespace, level)  # {"type": "SomeNamedType"}
+
+    def enum(self, t: dict, namespace: str, level: int) -> _Info:
+        symbols = t.get("symbols")
+        if isinstance(symbols, list) and len(symbols) > MAX_ENUM_SYMBOLS:
+            raise AvroSchemaError(
+                f"enum {_short(t.get('name'))} has {len(symbols):,} symbols; at most "
+                f"{MAX_ENUM_SYMBOLS:,} allowed"
+            )
+        self.define(t, namespace, _LEAVES["STRING"])
+        return _LEAVES["STRING"]
+
+    def fixed(self, t: dict, namespace: str, level: int) -> _Info:
+        self.define(t, namespace, _LEAVES["BINARY"])
+        return _LEAVES["BINARY"]
+
+    def array(self, t: dict, namespace: str, level: int) -> _Info:
+        return self.container(t, namespace, level, "items", "an array", "ARRAY<{}>")
+
+    def map(self, t: dict, namespace: str, level: int) -> _Info:
+        return self.container(t, namespace, level, "values", "a map", "MAP<STRING, {}>")
+
+    def container(
+        self, t: dict, namespace: str, level: int, key: str, what: str, ddl: str
+    ) -> _Info:
+        """An array's items or a map's values: one type inside, a level deeper."""
+        if key not in t:
+            raise _invalid(f'{what} needs "{key}"')
+        inner = self.type(t[key], namespace, self.enter(level))
+        self.bounded_length(len(inner.ddl) + len("MAP<STRING, >"))
+        return _Info(inner.fields, inner.height + 1, ddl.format(inner.ddl))
 
     def reference(self, name: str, namespace: str, level: int) -> _Info:
         if name in _PRIMITIVES:
@@ -392,3 +403,14 @@ def _short(value: Any) -> str:
     """A value for a message: bounded, whatever its size (it is already bounded JSON)."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+# Avro's complex types, by their "type": how the walk reads each.
+_COMPLEX = {
+    "record": _Walk.record,
+    "enum": _Walk.enum,
+    "fixed": _Walk.fixed,
+    "array": _Walk.array,
+    "map": _Walk.map,
+}
+_NAMED_TYPES = frozenset({"record", "enum", "fixed"})  # types with a name others refer to

@@ -193,7 +193,7 @@ _PUNCTUATION = frozenset("<>(),:!")
 
 @dataclass(frozen=True)
 class _Token:
-    kind: str  # "word", "quoted", "number", "int", "string", "punct" or "eof"
+    type: str  # "word", "quoted", "number", "int", "string", "punct" or "eof"
     text: str  # the token as written, e.g. "`a``b`"
     value: str  # the unquoted, unescaped text, e.g. "a`b"
     start: int  # 0-based offset into the DDL
@@ -203,15 +203,15 @@ class _Token:
         return self.start + 1
 
     def is_word(self, *keywords: str) -> bool:
-        return self.kind == "word" and self.value.lower() in keywords
+        return self.type == "word" and self.value.lower() in keywords
 
     def is_punct(self, *chars: str) -> bool:
-        return self.kind == "punct" and self.value in chars
+        return self.type == "punct" and self.value in chars
 
     def describe(self) -> str:
-        if self.kind == "eof":
+        if self.type == "eof":
             return "the end of the schema"
-        if self.kind == "string":
+        if self.type == "string":
             return f"the string {self.text}"
         return f"'{self.text}'"
 
@@ -461,7 +461,7 @@ class _Parser:
 
     def advance(self) -> _Token:
         tok = self.tok
-        if tok.kind != "eof":
+        if tok.type != "eof":
             self.i += 1
         return tok
 
@@ -475,7 +475,7 @@ class _Parser:
     # -- schema and fields -------------------------------------------------------------------
 
     def schema(self) -> StructType:
-        if self.tok.kind == "eof":
+        if self.tok.type == "eof":
             raise DDLError(
                 "schema is empty: expected at least one column, e.g. 'id STRING, amount DOUBLE'"
             )
@@ -484,7 +484,7 @@ class _Parser:
             first = self.tok
             t = self.data_type(_Where(()))
             assert isinstance(t, StructType)
-            if self.tok.kind != "eof":
+            if self.tok.type != "eof":
                 raise self.fail(
                     f"unexpected {self.tok.describe()} after the closing '>' of the schema",
                     self.tok,
@@ -524,21 +524,21 @@ class _Parser:
         after_comma = previous is not None and previous.is_punct(",")
         tok = self.advance()
         what = "column" if parent is None or not parent.path else "field"
-        if tok.kind in ("word", "quoted"):
+        if tok.type in ("word", "quoted"):
             name = tok.value
-        elif tok.kind == "number":
+        elif tok.type == "number":
             raise self.fail(
                 f"'{tok.text}' is read as a number, not a {what} name; back-quote it "
                 f"(`{tok.text}`)",
                 tok,
             )
-        elif tok.kind == "int":
+        elif tok.type == "int":
             raise self.fail(
                 f"a {what} name cannot be just digits ('{tok.text}'); back-quote it (`{tok.text}`)",
                 tok,
             )
         else:
-            if after_comma and tok.kind == "eof":
+            if after_comma and tok.type == "eof":
                 raise self.fail(f"expected a {what} name after the trailing ','", tok)
             after = " after ','" if after_comma else ""
             raise self.fail(f"expected a {what} name{after}, found {tok.describe()}", tok)
@@ -562,13 +562,13 @@ class _Parser:
         return StructField(name, t, nullable, comment)
 
     def comment_text(self, where: _Where) -> str:
-        if self.tok.kind != "string":
+        if self.tok.type != "string":
             raise self.fail(
                 f"expected a quoted comment after COMMENT for {where}, found {self.tok.describe()}",
                 self.tok,
             )
         parts: list[str] = []
-        while self.tok.kind == "string":  # Spark concatenates adjacent literals: 'a' 'b'
+        while self.tok.type == "string":  # Spark concatenates adjacent literals: 'a' 'b'
             parts.append(self.advance().value)
         return "".join(parts)
 
@@ -578,7 +578,7 @@ class _Parser:
         tok = self.tok
         if (
             tok.is_punct(",")
-            or (tok.kind == "eof" and top_level)
+            or (tok.type == "eof" and top_level)
             or (tok.is_punct(">") and not top_level)
         ):
             return
@@ -606,7 +606,7 @@ class _Parser:
             raise self.fail(f"unexpected '>' {{at}} after {where}: it closes no '<'", tok)
         if tok.is_punct(")"):
             raise self.fail(f"unexpected ')' {{at}} after {where}: it closes no '('", tok)
-        if tok.kind == "eof":
+        if tok.type == "eof":
             raise self.fail(f"missing '>' to close the STRUCT containing {where}", tok)
         expected = ["','"]
         if nullable and comment is None:
@@ -622,9 +622,9 @@ class _Parser:
 
     def data_type(self, where: _Where) -> DataType:
         tok = self.tok
-        if tok.kind == "eof" or tok.kind == "punct" or tok.is_word("not", "comment", "null"):
+        if tok.type == "eof" or tok.type == "punct" or tok.is_word("not", "comment", "null"):
             raise self.fail(f"missing type for {where}", tok)
-        if tok.kind != "word":
+        if tok.type != "word":
             raise self.fail(f"unknown type {tok.describe()} for {where}", tok)
         self.advance()
         name = tok.value.lower()
@@ -651,8 +651,8 @@ class _Parser:
         values: list[tuple[int, _Token]] = []
         while True:
             tok = self.advance()
-            if tok.kind != "int":
-                if tok.kind == "eof":
+            if tok.type != "int":
+                if tok.type == "eof":
                     raise self.fail(f"'(' {{at}} for {where} is never closed", opening)
                 raise self.fail(
                     f"expected a non-negative integer in {type_tok.text.upper()}(...) for "
@@ -665,7 +665,7 @@ class _Parser:
                 return values
             if nxt.is_punct(","):
                 continue
-            if nxt.kind == "eof":
+            if nxt.type == "eof":
                 raise self.fail(f"'(' {{at}} for {where} is never closed", opening)
             raise self.fail(f"expected ',' or ')' in {type_tok.text.upper()}(...) for {where}", nxt)
 
@@ -685,7 +685,7 @@ class _Parser:
             return None
         self.advance()
         tok = self.advance()
-        if tok.kind not in ("word", "quoted"):
+        if tok.type not in ("word", "quoted"):
             raise self.fail(f"expected a collation name after COLLATE for {where}", tok)
         canonical = _canonical_collation(tok.value)
         if canonical is None:
@@ -836,7 +836,7 @@ class _Parser:
         if tok.is_punct(">"):
             self.advance()
             return
-        if tok.kind == "eof":
+        if tok.type == "eof":
             raise self.fail(f"'<' {{at}} for {where} is never closed (missing '>')", opening)
         raise self.fail(f"expected '>' to close {what} for {where}, found {tok.describe()}", tok)
 

@@ -376,7 +376,7 @@ _DIGIT_CHARS = frozenset(string.digits)
 class _SparkToken:
     """One token as Spark's lexer cuts it; comments and whitespace are not tokens."""
 
-    kind: str  # "word" (name, keyword, number), "string", "quoted", "symbol", "hint", "end"
+    type: str  # "word" (name, keyword, number), "string", "quoted", "symbol", "hint", "end"
     start: int
     end: int  # exclusive
 
@@ -606,7 +606,7 @@ def _match_tokens(
         # 'it''s': one string for Spark, two adjacent ones for sqlglot.
         while (
             first is not None
-            and spark[first].kind == "string"
+            and spark[first].type == "string"
             and end < spark[first].end
             and index < len(spans)
             and spans[index][0] == end
@@ -619,7 +619,7 @@ def _match_tokens(
             raise _read_differently(sql, start)
         covered[first : last + 1] = [True] * (last - first + 1)
         if token_type == TokenType.HINT:
-            if spark[first].kind != "hint" or spark[last].kind != "end" or first == last:
+            if spark[first].type != "hint" or spark[last].type != "end" or first == last:
                 raise _read_differently(sql, start)
             inner_start, inner_end = spark[first].end, spark[last].start
             try:
@@ -630,16 +630,16 @@ def _match_tokens(
             continue
         for left, right in itertools.pairwise(spark[first : last + 1]):
             gap = sql[left.end : right.start]
-            adjacent_operators = not gap and left.kind == right.kind == "symbol"
+            adjacent_operators = not gap and left.type == right.type == "symbol"
             hex_string = (  # X'01': Spark's X, then a string
                 not gap
                 and token_type == TokenType.HEX_STRING
                 and sql[left.start : left.end] in ("x", "X")
-                and right.kind == "string"
+                and right.type == "string"
             )
             if not (adjacent_operators or hex_string or (gap and gap.isspace())):
                 raise _read_differently(sql, start)
-        if any(token.kind in ("hint", "end") for token in spark[first : last + 1]):
+        if any(token.type in ("hint", "end") for token in spark[first : last + 1]):
             raise _read_differently(sql, start)
     for token, seen in zip(spark, covered, strict=True):
         if not seen:

@@ -1,15 +1,18 @@
 """A cassandra sink's table, exactly once by idempotent upsert.
 
 Every row is an INSERT (an upsert by the table's primary key) stamped `USING TIMESTAMP` with
-its batch's position in the source (jobs.checkpoints.batch_position: the sum of the batch's
-end offsets, which Spark's offset log fixes before the batch runs, plus its id), or with an
-event time the spec names (`write_time_column`). A replayed batch, or a write Spark or the
-driver retries, writes the same cells with the same stamp: nothing changes. A write of an
-older batch that arrives late (a zombie task) carries a lower stamp and loses to the newer
-value already there, whatever order the writes land in. Within a batch, the last row of a key
-(by its place in the batch, taken before any shuffle, so a replay orders the same way) is the
-one written. There is no marker to keep: a batch is committed by Spark's own commit log once
-every write of it is acknowledged at the spec's consistency level.
+a position in the source, or with an event time the spec names (`write_time_column`).
+Without a transform, a row is its record's and is stamped with the record's own position
+(jobs.checkpoints.record_stamps: between the batch before's position and its batch's, from
+the offset log); with one, with its batch's (jobs.checkpoints.batch_position: the sum of the
+batch's end offsets, which Spark's offset log fixes before the batch runs, plus its id), and
+within the batch the last row of a key (by its place in the batch, taken before any shuffle,
+so a replay orders the same way) is the one written. A replayed batch, or a write Spark or
+the driver retries, writes the same cells with the same stamps: nothing changes. A write of
+an older batch that arrives late (a zombie task) carries a lower stamp and loses to the newer
+value already there, whatever order the writes land in. There is no marker to keep: a batch
+is committed by Spark's own commit log once every write of it is acknowledged at the spec's
+consistency level.
 
 Stamps are positions, not clock times: rows deleted or written by anyone else with a normal
 (clock) stamp win over the pipeline's writes. A table a sink writes belongs to it: delete with
@@ -41,6 +44,7 @@ log = logging.getLogger("jobs.sinks.cassandra")
 
 WRITER_CLASS = "controlplane.spark.CassandraWriter"
 ORDER = "_cp_order"  # a row's place in its batch (the last per primary key is written)
+STAMP = "_cp_stamp"  # a row's own stamp, from its record's offset (jobs.checkpoints.record_stamps)
 MAX_BATCH_ROWS = 32  # rows of one partition key per UNLOGGED batch
 RETRY_SECONDS = 60.0  # how long a task retries what waiting can fix (a node down, timeouts)
 STAMP_TYPES = ("timestamp", "timestamp_ntz", "bigint")
@@ -234,15 +238,18 @@ class CassandraStore:
         *,
         order: str | None,
         stamp: int | None,
-        partitions: int | None = None,
+        stamps: str | None = None,
     ) -> dict[str, Any]:
         """The Java writer's configuration for a frame with these columns: every column of
         the table the output has (ORDER and a write-time column not in the table left out),
-        the table's keys, the stamp (`stamp`, else the spec's write_time_column)."""
+        the table's keys, the stamp (`stamp` for every row, else each row's own in column
+        `stamps`, else the spec's write_time_column)."""
         assert self.table is not None, "open() first"
         columns = [{"name": c, "ordinal": names.index(c)} for c in names if c in self.table.columns]
         if stamp is not None:
             write_time: dict[str, Any] = {"constant": int(stamp)}
+        elif stamps is not None:
+            write_time = {"ordinal": names.index(stamps), "unit": "micros"}
         else:
             column = self.sink.write_time_column
             unit = "micros" if self.output.get(column) == "bigint" else "timestamp"

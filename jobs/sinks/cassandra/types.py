@@ -87,14 +87,7 @@ def takes(cql: str, spark_type: str) -> bool:
         t = "interval"
     collection = _COLLECTION.match(_strip_frozen(cql))
     if collection:
-        kind, inner = collection.group(1), collection.group(2)
-        if kind in ("list", "set") and t.startswith("array<") and t.endswith(">"):
-            return takes(inner, t[6:-1])
-        if kind == "map" and t.startswith("map<") and t.endswith(">"):
-            ckey, cvalue = _split_pair(inner)
-            skey, svalue = _split_pair(t[4:-1])
-            return takes(_strip_frozen(ckey), skey) and takes(_strip_frozen(cvalue), svalue)
-        return False
+        return _COLLECTIONS[collection.group(1)](collection.group(2), t)
     return t in _TAKES.get(_strip_frozen(cql), set())
 
 
@@ -120,3 +113,21 @@ def _split_pair(text: str) -> tuple[str, str]:
         elif ch == "," and depth == 0:
             return text[:i].strip(), text[i + 1 :].strip()
     raise NoType(f"not a pair of types: {text!r}")
+
+
+def _takes_array(inner: str, t: str) -> bool:
+    """A list<inner> or set<inner> column takes an array of what inner takes."""
+    return t.startswith("array<") and t.endswith(">") and takes(inner, t[6:-1])
+
+
+def _takes_map(inner: str, t: str) -> bool:
+    """A map<k, v> column takes a map of what k and v take."""
+    if not (t.startswith("map<") and t.endswith(">")):
+        return False
+    ckey, cvalue = _split_pair(inner)
+    skey, svalue = _split_pair(t[4:-1])
+    return takes(_strip_frozen(ckey), skey) and takes(_strip_frozen(cvalue), svalue)
+
+
+# Per CQL collection (the ones _COLLECTION matches), what Spark types it takes.
+_COLLECTIONS = {"list": _takes_array, "set": _takes_array, "map": _takes_map}

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 from ... import dead_letters as letter_table
 from ...batch import BAD, EMPTY_VALUE, Batch, observed_count
-from ...checkpoints import batch_position
+from ...checkpoints import batch_position, record_stamps
 from ...runconfig import RunConfig
 from ...source import DEAD_LETTER_FIELDS
 from .kind import KIND
 from .model import CassandraSink
-from .store import ORDER, CassandraStore
+from .store import ORDER, STAMP, CassandraStore
 
 log = logging.getLogger("jobs.pipeline")
 
@@ -84,27 +84,72 @@ class Writer:
         if self.plan is None:
             self._start(out)
         started = time.monotonic()
-        # The order is taken before the shuffle, from the batch's fixed input partitions, so
-        # a replay keeps the same last row per key.
-        frame = out.withColumn(ORDER, F.monotonically_increasing_id()).repartition(
-            self.partitions, *[F.col(f"`{k}`") for k in self.plan.partition_key]
-        )
-        stamp = None
-        if self.sink.write_time_column is None:
-            stamp = batch_position(self.config.checkpoint, batch_id, self.config.store)
-        config = self.store.config(frame.columns, order=ORDER, stamp=stamp)
+        stamps = None
+        if self._own_stamps:
+            stamps = record_stamps(self.config.checkpoint, batch_id, self.config.store)
+        if stamps is not None:
+            # Each row its record's own stamp: rows go as they come, no shuffle, nothing held
+            # back (the highest stamp of a key wins in Cassandra, whatever order they land in).
+            name, frame = self._stamped(parsed, batch_id, stamps)
+            how = f"stamps {min(stamps.values())}+offset"
+            config = self.store.config(frame.columns, order=None, stamp=None, stamps=STAMP)
+        else:
+            # The order is taken before the shuffle, from the batch's fixed input partitions,
+            # so a replay keeps the same last row per key.
+            frame = out.withColumn(ORDER, F.monotonically_increasing_id()).repartition(
+                self.partitions, *[F.col(f"`{k}`") for k in self.plan.partition_key]
+            )
+            stamp = None
+            if self.sink.write_time_column is None:
+                stamp = batch_position(self.config.checkpoint, batch_id, self.config.store)
+            how = f"stamp {stamp if stamp is not None else self.sink.write_time_column}"
+            config = self.store.config(frame.columns, order=ORDER, stamp=stamp)
         rows, statements = self.store.write(parsed.sparkSession, frame, config)
         written = time.monotonic()
         dead = self._dead_letters(parsed, batch_id, observed_count(frame, name))
         log.info(
-            "batch %s: %s rows in %s statements (cassandra, stamp %s) in %.2f s, %s dead letters",
+            "batch %s: %s rows in %s statements (cassandra, %s) in %.2f s, %s dead letters",
             batch_id,
             rows,
             statements,
-            stamp if stamp is not None else self.sink.write_time_column,
+            how,
             written - started,
             dead,
         )
+
+    @property
+    def _own_stamps(self) -> bool:
+        """Whether each row is its record's (no transform or state between them), and is
+        stamped by position (not by an event-time column)."""
+        return (
+            self.sink.write_time_column is None
+            and self.batch.transform is None
+            and not self.config.spec.stateful
+        )
+
+    def _stamped(self, parsed, batch_id: int, stamps: dict[tuple[str, int], int]):
+        """(name, frame): the records that parsed with their stamps (STAMP: the record's
+        offset plus its partition's number), those that did not counted as `name`."""
+        from pyspark.sql import functions as F
+
+        columns, count, good, named = self.batch.observed_parts()
+        by_topic: dict[str, dict[int, int]] = {}
+        for (topic, partition), add in stamps.items():
+            by_topic.setdefault(topic, {})[partition] = add
+        added = None
+        for topic, numbers in sorted(by_topic.items()):
+            # An array indexed by the partition's number (element_at: 1-based).
+            array = F.array(*[F.lit(numbers.get(p)).cast("long") for p in range(max(numbers) + 1)])
+            value = F.element_at(array, F.col("partition") + 1)
+            added = (
+                value if added is None else F.when(F.col("topic") == topic, value).otherwise(added)
+            )
+        stamp = (F.col("offset") + added).alias(STAMP)
+        name = f"cp_unparsed_{batch_id}"
+        frame = (
+            parsed.select(*columns, stamp).observe(name, count).where(good).select(*named, STAMP)
+        )
+        return name, frame
 
     def _dead_letters(self, parsed, batch_id: int, unparsed: int | None) -> int:
         """The batch's records that did not parse, read again (when the count taken during
