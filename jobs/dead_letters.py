@@ -13,6 +13,8 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
+from . import pg
+
 TABLE = "_cp_dead_letters"
 
 CREATE = sql.SQL(
@@ -51,3 +53,18 @@ def insert(conn: psycopg.Connection, pipeline: str, batch_id: int, rows) -> int:
             ],
         )
     return len(letters)
+
+
+def write(
+    conninfo: dict, pipeline: str, batch_id: int, rows, retry_seconds: float = pg.RETRY_SECONDS
+) -> int:
+    """Write a batch's dead letters into the table (created if need be) of the database
+    `conninfo` names, in a transaction of their own; waits (with backoff, up to
+    `retry_seconds`) while the database is away: written again, they are written once."""
+
+    def attempt() -> int:
+        with pg.connect(conninfo, pipeline) as conn:
+            conn.execute(CREATE)
+            return insert(conn, pipeline, batch_id, rows)
+
+    return pg.retried(attempt, "dead letters", retry_seconds)

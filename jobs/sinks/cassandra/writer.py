@@ -173,11 +173,5 @@ class Writer:
         rows = self.batch.unparsed_letters(parsed, unparsed)
         if rows is None or rows.num_rows == 0:
             return 0
-        import psycopg
-
         conninfo = self.config.sink_config(self.batch.index).get("postgres") or {}
-        with psycopg.connect(
-            **{"application_name": f"cp:{self.config.pipeline}", **conninfo}
-        ) as conn:
-            conn.execute(letter_table.CREATE)
-            return letter_table.insert(conn, self.config.pipeline, batch_id, rows)
+        return letter_table.write(conninfo, self.config.pipeline, batch_id, rows)

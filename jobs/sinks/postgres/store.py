@@ -33,14 +33,13 @@ import functools
 import hashlib
 import io
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
 
-from ... import dead_letters
+from ... import dead_letters, pg
 from ...failures import DefinitionError
 
 log = logging.getLogger("jobs.sinks.postgres")
@@ -91,18 +90,7 @@ def _table_ident(table: str) -> sql.Composable:
 BATCH = -1  # the `part` of a whole batch's marker
 
 
-# SQLSTATEs after which trying again can succeed: the connection broke (class 08), the
-# server is shutting down or starting up (57P01-57P03). Authentication and missing objects
-# are not among them.
-_TRANSIENT_STATES = ("08", "57P01", "57P02", "57P03")
-
-
-def transient(exc: BaseException) -> bool:
-    """Whether a database error is the database being away (worth waiting for)."""
-    if not isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
-        return False
-    state = getattr(exc, "sqlstate", None)
-    return state is None or state.startswith(_TRANSIENT_STATES)
+transient = pg.transient  # (tests and callers read it here)
 
 
 def _retried(method):
@@ -111,19 +99,9 @@ def _retried(method):
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
-        deadline = time.monotonic() + self.retry_seconds
-        delay = 0.5
-        while True:
-            try:
-                return method(self, *args, **kwargs)
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                if not transient(exc) or time.monotonic() + delay > deadline:
-                    raise
-                log.warning(
-                    "sink %s interrupted, retrying in %.1f s: %s", method.__name__, delay, exc
-                )
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        return pg.retried(
+            lambda: method(self, *args, **kwargs), f"sink {method.__name__}", self.retry_seconds
+        )
 
     return wrapper
 
@@ -180,19 +158,9 @@ class PostgresStore:
         """A new connection; waits (with backoff, up to `retry_seconds`) while the database
         cannot be reached, but fails at once on what waiting cannot fix (bad credentials, a
         missing database)."""
-        deadline = time.monotonic() + self.retry_seconds
-        delay = 0.5
-        while True:
-            try:
-                return psycopg.connect(
-                    **{"application_name": f"cp:{self.pipeline}", **self.conninfo}
-                )
-            except psycopg.OperationalError as exc:
-                if not transient(exc) or time.monotonic() + delay > deadline:
-                    raise
-                log.warning("sink database unreachable, retrying in %.1f s: %s", delay, exc)
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        return pg.retried(
+            lambda: pg.connect(self.conninfo, self.pipeline), "sink connect", self.retry_seconds
+        )
 
     # -- schema ----------------------------------------------------------------------------
 

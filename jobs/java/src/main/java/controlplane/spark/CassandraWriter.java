@@ -26,8 +26,7 @@ import com.datastax.oss.driver.api.core.cql.SimpleStatement;
 import com.datastax.oss.driver.api.core.cql.Statement;
 import com.datastax.oss.driver.api.core.data.CqlDuration;
 import com.datastax.oss.driver.api.core.data.CqlVector;
-import com.datastax.oss.driver.api.core.data.TupleValue;
-import com.datastax.oss.driver.api.core.data.UdtValue;
+import com.datastax.oss.driver.api.core.data.SettableByIndex;
 import com.datastax.oss.driver.api.core.servererrors.BootstrappingException;
 import com.datastax.oss.driver.api.core.servererrors.CDCWriteFailureException;
 import com.datastax.oss.driver.api.core.servererrors.OverloadedException;
@@ -1540,31 +1539,25 @@ public final class CassandraWriter implements FlatMapFunction<Iterator<Row>, lon
   }
 
   private static Conversion tuple(TupleType type, CodecRegistry registry) {
-    List<DataType> types = type.getComponentTypes();
-    Conversion[] conversions = new Conversion[types.size()];
-    List<TypeCodec<Object>> codecs = new ArrayList<>();
-    for (int i = 0; i < conversions.length; i++) {
-      conversions[i] = conversion(types.get(i), registry);
-      codecs.add(registry.codecFor(types.get(i)));
-    }
-    return v -> {
-      List<Object> values = fields(v, conversions.length, null);
-      TupleValue out = type.newValue();
-      for (int i = 0; i < conversions.length; i++) {
-        Object each = values.get(i);
-        out = each == null ? out.setToNull(i)
-            : out.set(i, conversions[i].apply(each), codecs.get(i));
-      }
-      return out;
-    };
+    return composite(type.getComponentTypes(), null, type::newValue, registry);
   }
 
   private static Conversion udt(UserDefinedType type, CodecRegistry registry) {
-    List<DataType> types = type.getFieldTypes();
     List<String> names = new ArrayList<>();
     for (CqlIdentifier name : type.getFieldNames()) {
       names.add(name.asInternal());
     }
+    return composite(type.getFieldTypes(), names, type::newValue, registry);
+  }
+
+  /**
+   * A struct into a tuple or a UDT value (`fresh`: a new empty one), each of its `types`
+   * converted and set by index (null set as null); `names`: the UDT's field names (null for
+   * a tuple, whose values go by position).
+   */
+  private static <V extends SettableByIndex<V>>
+      Conversion composite(List<DataType> types, List<String> names,
+          Supplier<V> fresh, CodecRegistry registry) {
     Conversion[] conversions = new Conversion[types.size()];
     List<TypeCodec<Object>> codecs = new ArrayList<>();
     for (int i = 0; i < conversions.length; i++) {
@@ -1573,7 +1566,7 @@ public final class CassandraWriter implements FlatMapFunction<Iterator<Row>, lon
     }
     return v -> {
       List<Object> values = fields(v, conversions.length, names);
-      UdtValue out = type.newValue();
+      V out = fresh.get();
       for (int i = 0; i < conversions.length; i++) {
         Object each = values.get(i);
         out = each == null ? out.setToNull(i)
