@@ -438,7 +438,7 @@ def test_the_port_of_sparks_lexer_cuts_the_text_as_spark_does(spark: SparkSessio
     corpus = [*ATTACKS, *REFUSED_THOUGH_HARMLESS, *LEGIT, *VALID, *random_texts(300)]
     for text in corpus:
         try:
-            mine = [(t.start, t.end, t.kind) for t in _spark_tokens(text)]
+            mine = [(t.start, t.end, t.type) for t in _spark_tokens(text)]
         except SQLError:
             continue  # refused: nothing to agree on
         theirs = lexer.cut(text)
