@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 from .connection_kind import ConnectionKind
 from .kafka.names import internal_problem, is_internal
+from .registry.connection import KIND as SCHEMA_REGISTRY
 from .sinks.cassandra.connection import KIND as CASSANDRA
 from .spec.validate import FieldError, Section, SpecError
 
@@ -517,6 +518,7 @@ CONNECTION_KINDS: dict[str, ConnectionKind] = {
             holds_directories=True,
         ),
         CASSANDRA,
+        SCHEMA_REGISTRY,
     )
 }
 KINDS = tuple(CONNECTION_KINDS)

@@ -87,7 +87,7 @@ def start_query(spark, config: RunConfig, *, available_now: bool = False):
         shuffle = max(shuffle, spark.sparkContext.defaultParallelism)
     spark.conf.set("spark.sql.shuffle.partitions", str(shuffle))
     raw = source_frame(spark, config, pin)
-    frame, columns = parsed_frame(raw, config.spec), None
+    frame, columns = parsed_frame(raw, config.spec, config.registry), None
     if config.spec.stateful:
         use_state_store(spark, config)
         frame, columns = stateful_frame(spark, frame, config.spec)

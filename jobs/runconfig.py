@@ -39,6 +39,9 @@ class RunConfig:
     # Where the checkpoint lives and how to reach that store (jobs.storage.StorageSettings.
     # for_driver: keys included); None: a local path.
     storage: dict[str, Any] | None = None
+    # The source's schema registry's client arguments (jobs.registry.connection.
+    # client_arguments), secret included; None: the source has none.
+    registry: dict[str, Any] | None = None
 
     @property
     def store(self) -> Storage:
@@ -64,6 +67,7 @@ class RunConfig:
             sink_kafka=data.get("sink_kafka"),
             sink_configs=tuple(data.get("sink_configs") or ()),
             storage=data.get("storage"),
+            registry=data.get("registry"),
         )
 
     def kafka_config_file(self) -> str:

@@ -130,16 +130,20 @@ def source_partitions(config: RunConfig) -> list[tuple[str, int]]:
     return found
 
 
-def parsed_frame(raw, spec: PipelineSpec):
-    """Kafka metadata plus the value parsed with the spec's schema, and a corrupt marker."""
+def parsed_frame(raw, spec: PipelineSpec, registry: dict | None = None):
+    """Kafka metadata plus the value parsed with the spec's schema, and a corrupt marker.
+    `registry`: the source's schema registry's client arguments (RunConfig.registry)."""
     from pyspark.sql import functions as F
 
     from .spec.ddl import parse_schema, to_ddl
 
     if spec.source.format == "avro":
-        return raw.select(
-            "topic", "partition", "offset", "timestamp", "value", avro_record(spec.source)
+        record = (
+            registry_record(raw.sparkSession, spec.source, registry)
+            if spec.source.schema_registry is not None
+            else avro_record(spec.source)
         )
+        return raw.select("topic", "partition", "offset", "timestamp", "value", record)
     # to_ddl: the canonical form, which from_json's strict JVM parser accepts.
     schema = f"{to_ddl(parse_schema(spec.source.schema))}, `{CORRUPT}` STRING"
     return raw.select(
@@ -191,8 +195,49 @@ def avro_record(source):
     ).alias(PARSED)
 
 
+# How long the executors wait for a registry that does not answer, asking for a writer schema
+# they have not seen yet (ids already seen decode on), before the batch fails.
+REGISTRY_RETRY_SECONDS = 60.0
+
+
+def registry_record(spark, source, registry: dict | None):
+    """The value decoded by the executors' JVM (controlplane.spark.ConfluentAvro): its writer
+    schema found in the registry by the id in its Confluent header, read as the spec's reader
+    schema (`avro_schema`, from the registry when the spec was saved) by Avro's resolution
+    rules, as the PARSED column. A value that cannot be read (not framed, an unknown id, a
+    writer schema the reader cannot read, a body that does not decode) gets CORRUPT set to
+    the reason."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.classic.column import Column
+
+    if not registry:
+        raise ValueError("source.schema_registry: the run configuration has no registry")
+    config = json.dumps(
+        {
+            "registry": registry,
+            "reader_schema": source.avro_schema,
+            "retry_seconds": REGISTRY_RETRY_SECONDS,
+        }
+    )
+    decoder = spark._jvm.controlplane.spark.ConfluentAvro
+    decoded = Column(decoder.column(F.col("value")._jc, config))
+    names = [f["name"] for f in json.loads(source.avro_schema)["fields"]]
+    return F.struct(
+        *[decoded["record"][n].alias(n) for n in names],
+        # A null value (a tombstone) decodes to nothing: a dead letter too.
+        F.when(decoded.isNull(), F.lit("no value")).otherwise(decoded["error"]).alias(CORRUPT),
+    ).alias(PARSED)
+
+
 def parse_error(source) -> str:
     """What a dead letter's error says about a value that did not parse."""
+    if source.schema_registry is not None:
+        return (
+            "value cannot be read with the schema registry: not in Confluent's wire format,"
+            " a schema id the registry does not know, a writer schema the reader schema"
+            f" (version {source.schema_registry.resolved_version} of"
+            f" {source.schema_registry.subject}) cannot read, or a body that does not decode"
+        )
     if source.format == "avro":
         framing = (
             " after Confluent's 5-byte header (magic byte 0, schema id)"

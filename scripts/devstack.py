@@ -1,12 +1,14 @@
 """Starts and stops the development stack: PostgreSQL, Redis and Apache Kafka under var/, then
-the control plane itself; HDFS, an S3-compatible store (S3Proxy) and Apache Cassandra for
-`./stack hdfs`, `./stack s3`, `./stack cassandra` and the tests. Called by ./stack (which has
-already installed packages, the venv and the servers' jars).
+the control plane itself; HDFS, an S3-compatible store (S3Proxy), Apache Cassandra and a schema
+registry (Apicurio Registry) for `./stack hdfs`, `./stack s3`, `./stack cassandra`,
+`./stack registry` and the tests. Called by ./stack (which has already installed packages, the
+venv and the servers' jars).
 
 Each service is reused when it is already running (started by another ./stack), started
 otherwise, and stopped on exit only by the invocation that started it. Services named in the
 environment (DATABASE_URL, CELERY_BROKER_URL, KAFKA_BOOTSTRAP_SERVERS, CONTROLPLANE_HDFS_URL,
-CONTROLPLANE_S3_ENDPOINT, CONTROLPLANE_CASSANDRA_HOSTS) are not started at all.
+CONTROLPLANE_S3_ENDPOINT, CONTROLPLANE_CASSANDRA_HOSTS, CONTROLPLANE_SCHEMA_REGISTRY_URL) are
+not started at all.
 """
 
 from __future__ import annotations
@@ -1724,6 +1726,331 @@ class Cassandra(Service):
         )
 
 
+# --- Java 21+ (the schema registry needs it; the other servers run on the default `java`) --
+
+
+# Where a Java 21+ home is taken from first, in this order (a home: the directory with bin/java).
+JAVA21_ENV = ("CONTROLPLANE_JAVA21_HOME", "JAVA21_HOME")
+# Where JDKs and JREs are usually installed (Debian's packages and Adoptium's, tarballs, SDKMAN).
+JAVA_SEARCH = (
+    "/usr/lib/jvm/*",
+    "/usr/java/*",
+    "/opt/java/*",
+    "/opt/*jdk*",
+    "/opt/*jre*",
+    "/usr/local/*jdk*",
+    "~/.sdkman/candidates/java/*",
+    "~/.jdks/*",
+)
+
+
+def java_major(home: Path) -> int | None:
+    """The feature version (17, 21, 25...) of the Java at `home`, from its `release` file or,
+    without one, from `bin/java -version`; None when there is no runnable bin/java."""
+    import re
+
+    java = home / "bin" / "java"
+    if not (java.is_file() and os.access(java, os.X_OK)):
+        return None
+    text = ""
+    with contextlib.suppress(OSError):
+        text = (home / "release").read_text()
+    found = re.search(r'^JAVA_VERSION="([^"]*)"', text, re.MULTILINE)
+    if found is None:
+        try:
+            answer = subprocess.run(
+                [str(java), "-version"], capture_output=True, text=True, timeout=30, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        found = re.search(r'version "([^"]*)"', answer.stderr)
+    version = re.match(r"(\d+)(?:\.(\d+))?", found.group(1)) if found else None
+    if version is None:
+        return None
+    major = int(version.group(1))
+    return int(version.group(2) or 0) if major == 1 else major  # "1.8.0" is Java 8
+
+
+def find_java(minimum: int, what: str) -> Path:
+    """The `java` of a Java `minimum`+ on this machine: CONTROLPLANE_JAVA21_HOME or JAVA21_HOME
+    when set (and then only it), else JAVA_HOME, the `java` on PATH, then the newest of the
+    usual places (JAVA_SEARCH). Raises StackError saying what to install when there is none."""
+    for variable in JAVA21_ENV:
+        value = os.environ.get(variable, "").strip()
+        if not value:
+            continue
+        major = java_major(Path(value).expanduser())
+        if major is None:
+            raise StackError(
+                f"{variable}={value} is not a Java home (no runnable bin/java in it): set it "
+                f"to the home of a JDK or JRE {minimum} or newer"
+            )
+        if major < minimum:
+            raise StackError(
+                f"{variable}={value} is Java {major}; {what} needs Java {minimum} or newer"
+            )
+        return Path(value).expanduser() / "bin" / "java"
+    first: list[Path] = []
+    if os.environ.get("JAVA_HOME"):
+        first.append(Path(os.environ["JAVA_HOME"]))
+    on_path = shutil.which("java")
+    if on_path:
+        first.append(Path(on_path).resolve().parent.parent)
+    searched = sorted(
+        {Path(home) for pattern in JAVA_SEARCH for home in glob.glob(os.path.expanduser(pattern))}
+    )
+    found: list[tuple[int, Path]] = []
+    seen: set[Path] = set()
+    for home in [*first, *searched]:
+        key = home.resolve()
+        if key in seen:
+            continue
+        seen.add(key)
+        major = java_major(home)
+        if major is None:
+            continue
+        if major >= minimum and home in first:
+            return home / "bin" / "java"
+        found.append((major, home))
+    newest = max(found, key=lambda found_one: found_one[0], default=None)
+    if newest is not None and newest[0] >= minimum:
+        return newest[1] / "bin" / "java"
+    others = ", ".join(f"Java {major} at {home}" for major, home in found) or "no Java at all"
+    raise StackError(
+        f"{what} needs Java {minimum} or newer and this machine has none ({others}; looked at "
+        f"JAVA_HOME, the java on PATH and {', '.join(JAVA_SEARCH)}). Install a JDK or JRE "
+        f"{minimum}+ (Eclipse Temurin from https://adoptium.net, or a distribution's "
+        f"openjdk-{minimum}-jre-headless or newer) and, if it is not in one of those places, "
+        "set CONTROLPLANE_JAVA21_HOME to its home; or set CONTROLPLANE_SCHEMA_REGISTRY_URL to "
+        "use an existing registry"
+    )
+
+
+# --- the schema registry (optional: ./stack registry; started by ./stack test) -------------
+
+
+REGISTRY_PORT = int(os.environ.get("CONTROLPLANE_REGISTRY_PORT", "58081"))
+# Quarkus's management interface (health checks, metrics), built into Apicurio's application
+# (it cannot be switched off when it runs, only moved): on loopback too, a port of our own.
+REGISTRY_MANAGEMENT_PORT = int(
+    os.environ.get("CONTROLPLANE_REGISTRY_MANAGEMENT_PORT", str(REGISTRY_PORT + 1))
+)
+REGISTRY_HEAP_OPTS = os.environ.get("CONTROLPLANE_REGISTRY_HEAP_OPTS", "-Xms32m -Xmx256m")
+# Apicurio Registry's Confluent-compatible API (Confluent Schema Registry's REST API, v7).
+REGISTRY_API = "/apis/ccompat/v7"
+REGISTRY_CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+# Confluent's registry checks BACKWARD compatibility unless told otherwise; Apicurio checks
+# nothing until a rule is set, so every start sets this one as the global level.
+REGISTRY_COMPATIBILITY = "BACKWARD"
+REGISTRY_JAVA = 21
+
+
+class Registry(Service):
+    """A schema registry with Confluent Schema Registry's REST API: Apicurio Registry 3.3's
+    Quarkus application (`java -jar quarkus-run.jar`), from Maven Central's archive unpacked by
+    ./stack into var/registry/dist (scripts/registry/pom.xml pins it), on a Java 21+ found by
+    find_java (the rest of the stack runs on Java 17). Its Confluent API is at
+    http://127.0.0.1:58081/apis/ccompat/v7; each start sets the global compatibility level to
+    BACKWARD (Confluent's default: Apicurio's is none).
+
+    Its settings are written on every start to var/registry/config/application.properties
+    (Quarkus reads config/ of its working directory, var/registry): both its ports (the API and
+    Quarkus's management interface, which Apicurio's build switches on) on 127.0.0.1, no
+    authentication, in-memory H2 storage (nothing survives a restart: tests register what
+    they need), OpenTelemetry's SDK off, no event sink, no Kafka, Elasticsearch or OIDC server
+    configured, so it reaches nothing outside its own process; a small connection pool.
+
+    Measured on this 2-core machine (2026-11-28, quiet, Temurin 25, -Xms32m -Xmx256m, serial GC,
+    C1 only), to `GET /subjects` answering and the global level set: first start (just
+    unpacked) 3.0-3.1 s, a restart 2.9-3.3 s (storage is in memory: every start is a first
+    one); RSS ~200 MiB once up, ~210 MiB after the registry tests, ~215 MiB after a few hundred
+    requests; it stops (SIGTERM) in under 2 s. With -Xmx256m alone (C2, and an initial heap of
+    the whole 256 MiB): 4.0 s and 275-315 MiB. Its only sockets: the two listeners
+    on 127.0.0.1 (`ss -ltnp`); under strace it made no outbound connection."""
+
+    def __init__(
+        self,
+        *,
+        var: Path | None = None,
+        dist: Path | None = None,
+        port: int = REGISTRY_PORT,
+        management_port: int = REGISTRY_MANAGEMENT_PORT,
+        heap_opts: str = REGISTRY_HEAP_OPTS,
+    ) -> None:
+        super().__init__("registry")
+        var = var or VAR
+        self.dir = var / "registry"
+        self.config = self.dir / "config" / "application.properties"
+        self.tmp = self.dir / "tmp"
+        self.pidfile = self.dir / "registry.pid"
+        self.logfile = var / "log" / "registry.log"
+        # The JVM's own output (start-up failures, crashes); the registry logs to registry.log.
+        self.outfile = var / "log" / "registry.out"
+        # The application is the checkout's (./stack unpacks it there), whatever `var` a test uses.
+        self.dist = dist or VAR / "registry" / "dist"
+        self.port, self.management_port = port, management_port
+        self.heap_opts = heap_opts
+        self.url = f"http://127.0.0.1:{port}{REGISTRY_API}"
+        self.timings: dict[str, float] = {}
+        self.env = {"CONTROLPLANE_SCHEMA_REGISTRY_URL": self.url}
+
+    def request(self, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
+        """(HTTP status, the answer's JSON or None) of one request to the Confluent API."""
+        import json
+        import urllib.error
+        import urllib.request
+
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(  # noqa: S310 - loopback, ours
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": REGISTRY_CONTENT_TYPE, "Accept": REGISTRY_CONTENT_TYPE},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5) as answer:  # noqa: S310
+                status, text = answer.status, answer.read()
+        except urllib.error.HTTPError as error:
+            status, text = error.code, error.read()
+        try:
+            return status, json.loads(text) if text else None
+        except ValueError:
+            return status, None
+
+    def answers(self) -> bool:
+        """Whether its Confluent API answers (`GET /subjects`: 200 and a list)."""
+        status, subjects = self.request("GET", "/subjects")
+        return status == 200 and isinstance(subjects, list)
+
+    def set_compatibility(self) -> None:
+        """The global compatibility level set to BACKWARD (raises if it is refused)."""
+        body = {"compatibility": REGISTRY_COMPATIBILITY}
+        status, answer = self.request("PUT", "/config", body)
+        if status != 200:
+            raise StackError(
+                f"the schema registry at {self.url} refused PUT /config {body}: HTTP {status} "
+                f"{answer}; see {self.logfile}"
+            )
+
+    def pid(self) -> int | None:
+        return read_pid(self.pidfile)
+
+    def running(self) -> bool:
+        return self.pid() is not None and port_open(self.port)
+
+    def stoppable(self) -> bool:
+        return self.pid() is not None
+
+    def start(self) -> None:
+        if self.running():
+            log(f"schema registry already running at {self.url}")
+            # Started by another ./stack a moment ago, it may not answer yet.
+            wait_for("the schema registry", self.answers, 120, self.logfile)
+            self.set_compatibility()
+            return
+        for port, variable in (
+            (self.port, "CONTROLPLANE_REGISTRY_PORT"),
+            (self.management_port, "CONTROLPLANE_REGISTRY_MANAGEMENT_PORT"),
+        ):
+            if port_open(port):
+                raise StackError(
+                    f"port {port} is taken by another program: set {variable}, or "
+                    "CONTROLPLANE_SCHEMA_REGISTRY_URL to use an existing schema registry"
+                )
+        runner = self.dist / "quarkus-run.jar"
+        if not self.dist.joinpath(".installed").exists() or not runner.exists():
+            raise StackError(
+                f"Apicurio Registry is not in {self.dist}: run ./stack, which unpacks it"
+            )
+        java = find_java(REGISTRY_JAVA, "the schema registry (Apicurio Registry 3.3)")
+        self._write_config()
+        log(f"starting the schema registry at {self.url} ({java.parent.parent.name})")
+        launched = time.monotonic()
+        proc = spawn_detached(
+            [
+                str(java),
+                *self.heap_opts.split(),
+                # Small and quick to start (measured, see above): one GC thread, C1 only (C2
+                # costs ~50 MiB and a second at start, for nothing a development registry does).
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-XX:+ExitOnOutOfMemoryError",
+                "-Djava.net.preferIPv4Stack=true",
+                f"-Djava.io.tmpdir={self.tmp}",
+                "-jar",
+                str(runner),
+            ],
+            self.outfile,
+            self.pidfile,
+            self.dir,
+        )
+        self.started_here = True
+        wait_started(
+            "the schema registry",
+            proc,
+            lambda: port_open(self.port) and self.answers(),
+            120,
+            f"{self.logfile} and {self.outfile}",
+            since=launched,
+        )
+        self.set_compatibility()
+        seconds = time.monotonic() - launched
+        self.timings["start"] = seconds
+        log(f"schema registry ready in {seconds:.1f} s: {self.url}")
+
+    def stop(self) -> None:
+        pid = self.pid()
+        if pid:
+            log("stopping the schema registry")
+            terminate(pid, timeout=30)
+
+    def _write_config(self) -> None:
+        """Written on every start (ports, directories)."""
+        self.config.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        self.logfile.parent.mkdir(parents=True, exist_ok=True)
+        settings = {
+            # Loopback only, both of its HTTP servers.
+            "quarkus.http.host": "127.0.0.1",
+            "quarkus.http.port": self.port,
+            "quarkus.management.host": "127.0.0.1",
+            "quarkus.management.port": self.management_port,
+            "quarkus.http.cors.enabled": "false",
+            # No authentication (Apicurio's default, said here): a development registry.
+            "apicurio.authn.basic-client-credentials.enabled": "false",
+            "quarkus.oidc.tenant-enabled": "false",
+            # In memory (H2), a small pool: nothing to keep across restarts.
+            "apicurio.storage.kind": "sql",
+            "apicurio.storage.sql.kind": "h2",
+            "apicurio.datasource.jdbc.initial-size": 2,
+            "apicurio.datasource.jdbc.min-size": 2,
+            "apicurio.datasource.jdbc.max-size": 20,
+            "apicurio.storage.snapshot.location": self.tmp,
+            "apicurio.import.work-dir": self.tmp,
+            # Nothing sent anywhere: no traces, metrics or logs exported, no events.
+            "quarkus.otel.sdk.disabled": "true",
+            "apicurio.events.kafka.config.bootstrap.servers": "",
+            # Its log in var/log as text (rotated at 20 MB, two kept; not at each start), no
+            # line per request (access log, audit log, counters).
+            "quarkus.log.console.enabled": "false",
+            "quarkus.log.file.enabled": "true",
+            "quarkus.log.file.path": self.logfile,
+            "quarkus.log.file.json.enabled": "false",
+            "quarkus.log.file.format": "%d{yyyy-MM-dd HH:mm:ss,SSS} %p [%c{3.}] (%t) %s%e%n",
+            "quarkus.log.file.rotation.max-file-size": "20M",
+            "quarkus.log.file.rotation.max-backup-index": 2,
+            "quarkus.log.file.rotation.rotate-on-boot": "false",
+            "quarkus.http.access-log.enabled": "false",
+            'quarkus.log.category."io.apicurio.registry.logging.audit".level': "WARN",
+            'quarkus.log.category."io.apicurio.registry.storage.metrics".level': "WARN",
+            "quarkus.banner.enabled": "false",
+        }
+        self.config.write_text(
+            "# Written by scripts/devstack.py on every start; edits are lost.\n"
+            + "".join(f"{k}={v}\n" for k, v in settings.items())
+        )
+
+
 # --- the stack ----------------------------------------------------------------------------
 
 
@@ -1737,8 +2064,9 @@ class Stack:
         self.env["PATH"] = f"{Path(PY).parent}:{self.env.get('PATH', '')}"
 
     def wanted(self, *, storage: bool = False) -> list[Service]:
-        """The services to start here; with `storage`, HDFS, the S3 store and Cassandra too
-        (the tests' `./stack test`; `./stack up` keeps checkpoints and files on local disk)."""
+        """The services to start here; with `storage`, HDFS, the S3 store, Cassandra and the
+        schema registry too (the tests' `./stack test`; `./stack up` keeps checkpoints and
+        files on local disk)."""
         out: list[Service] = []
         if not os.environ.get("DATABASE_URL"):
             out.append(Postgres())
@@ -1757,13 +2085,13 @@ class Stack:
             fcntl.flock(lock, fcntl.LOCK_EX)
             wanted = self.wanted(storage=storage)
             self.services.extend(wanted)
-            # HDFS, the S3 store and Cassandra are JVMs of their own that need none of the
-            # others: each starts in a thread while PostgreSQL, Redis and Kafka start in order
-            # beside them
+            # HDFS, the S3 store, Cassandra and the registry are JVMs of their own that need
+            # none of the others: each starts in a thread while PostgreSQL, Redis and Kafka
+            # start in order beside them
             # (the services phase then takes about as long as the slowest of them). A failure
             # anywhere is raised once all have finished starting, so stop_services() sees
             # everything that was started.
-            beside = [s for s in wanted if isinstance(s, (Hdfs, S3Proxy, Cassandra))]
+            beside = [s for s in wanted if isinstance(s, (Hdfs, S3Proxy, Cassandra, Registry))]
             with ThreadPoolExecutor(max_workers=max(1, len(beside))) as pool:
                 futures = [pool.submit(service.start) for service in beside]
                 for service in wanted:
@@ -1812,20 +2140,23 @@ STORAGE_ENV = {
     Hdfs: "CONTROLPLANE_HDFS_URL",
     S3Proxy: "CONTROLPLANE_S3_ENDPOINT",
     Cassandra: "CONTROLPLANE_CASSANDRA_HOSTS",
+    Registry: "CONTROLPLANE_SCHEMA_REGISTRY_URL",
 }
 
 
 def storage_services() -> list[Service]:
-    """HDFS, the S3 store and Cassandra, each unless the environment names an existing one."""
+    """HDFS, the S3 store, Cassandra and the schema registry, each unless the environment
+    names an existing one."""
     return [kind() for kind, variable in STORAGE_ENV.items() if not os.environ.get(variable)]
 
 
 def cmd_storage(kind: type[Service]) -> int:
-    """`./stack hdfs` / `./stack s3` / `./stack cassandra`: the store left running in the
-    background (`./stack stop` stops it), its environment printed for `eval`."""
+    """`./stack hdfs` / `./stack s3` / `./stack cassandra` / `./stack registry`: the store
+    (or registry) left running in the background (`./stack stop` stops it), its environment
+    printed for `eval`."""
     variable = STORAGE_ENV[kind]
     if os.environ.get(variable):
-        log(f"{variable} is set: that store is used, none is started here")
+        log(f"{variable} is set: that one is used, none is started here")
         return 0
     service = kind()
     with open(_lock_path(), "w") as lock:
@@ -1875,7 +2206,8 @@ def _cluster() -> SparkCluster:
 
 
 def cmd_status(_stack: Stack) -> int:
-    for service in (Postgres(), Redis(), Kafka(), Hdfs(), S3Proxy(), Cassandra(), _cluster()):
+    services = (Postgres(), Redis(), Kafka(), Hdfs(), S3Proxy(), Cassandra(), Registry())
+    for service in (*services, _cluster()):
         if service.running():
             state = "running"
         else:
@@ -1885,7 +2217,8 @@ def cmd_status(_stack: Stack) -> int:
 
 
 def cmd_stop(_stack: Stack) -> int:
-    for service in (_cluster(), Cassandra(), S3Proxy(), Hdfs(), Kafka(), Redis(), Postgres()):
+    services = (Registry(), Cassandra(), S3Proxy(), Hdfs(), Kafka(), Redis(), Postgres())
+    for service in (_cluster(), *services):
         if service.stoppable():
             service.stop()
     return 0
@@ -2072,6 +2405,8 @@ def main(argv: list[str]) -> int:
             return cmd_storage(S3Proxy)
         if command == "cassandra":
             return cmd_storage(Cassandra)
+        if command == "registry":
+            return cmd_storage(Registry)
         if command == "status":
             return cmd_status(stack)
         if command == "stop":

@@ -248,3 +248,10 @@ def names(store: Storage, root: str) -> set[str]:
     """The files under `root`, relative to it."""
     prefix = root.rstrip("/") + "/"
     return {e.path[len(prefix) :] for e in store.walk(root)}
+
+
+def registry_url() -> str:
+    """The Confluent REST API of the schema registry `./stack test` starts (Apicurio Registry's
+    `/apis/ccompat/v7`; or the one CONTROLPLANE_SCHEMA_REGISTRY_URL names), without a trailing
+    slash; the test fails saying so when the variable is not set."""
+    return required_env("CONTROLPLANE_SCHEMA_REGISTRY_URL", "the schema registry").rstrip("/")

@@ -93,7 +93,7 @@ def test_strip_password_keeps_everything_else():
 
 def test_unknown_kind_is_rejected():
     assert errors("mysql", {}) == {
-        "kind": ["must be one of kafka, postgres, files, cassandra; got 'mysql'"]
+        "kind": ["must be one of kafka, postgres, files, cassandra, schema-registry; got 'mysql'"]
     }
 
 

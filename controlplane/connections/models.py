@@ -20,6 +20,7 @@ class ConnectionKind(models.TextChoices):
     POSTGRES = "postgres", "PostgreSQL database"
     FILES = "files", "File system (local or Hadoop)"
     CASSANDRA = "cassandra", "Apache Cassandra cluster"
+    SCHEMA_REGISTRY = "schema-registry", "Schema registry (Confluent API)"
 
 
 class Connection(models.Model):

@@ -39,6 +39,7 @@ from jobs.connections import (
     postgres_conninfo,
     validate_connection,
 )
+from jobs.registry.connection import client_arguments as registry_client_arguments
 from jobs.sinks.cassandra.connection import client_arguments as cassandra_client_arguments
 from jobs.spec import FieldError, SpecError
 from jobs.spec.locations import LocationError, location
@@ -100,7 +101,11 @@ def clean_connection(
     clean_settings, clean_secrets = validate_connection(
         kind, settings, secrets, connection_policy()
     )
-    # What only the control plane knows of: its own database and directories.
+    # What only the control plane knows of: its own database, services and directories.
+    if clean_settings.get("url"):
+        problem = control_plane_service_problem(clean_settings["url"])
+        if problem:
+            raise SpecError([FieldError("settings.url", problem)])
     if clean_settings.get("dsn"):
         problem = control_plane_database_problem(clean_settings["dsn"])
         if problem:
@@ -139,6 +144,21 @@ def cassandra_connection_arguments(
     return cassandra_client_arguments(clean, secrets)
 
 
+def registry_connection_arguments(
+    settings: Mapping[str, Any], secrets: Mapping[str, str]
+) -> dict[str, Any]:
+    """What a driver or the control plane is given to reach a stored schema-registry
+    connection, checked again against the policy (raises ValueError naming the problem)."""
+    try:
+        clean, _ = validate_connection("schema-registry", dict(settings), {}, connection_policy())
+    except SpecError as exc:
+        raise ValueError("; ".join(f"{e.field}: {e.message}" for e in exc.errors)) from None
+    problem = control_plane_service_problem(clean["url"])
+    if problem:
+        raise ValueError(f"settings.url: {problem}")
+    return registry_client_arguments(clean, secrets)
+
+
 def files_connection_root(settings: Mapping[str, Any]) -> str:
     """A stored files connection's root URI (normalised, no trailing slash), checked again
     (the policy may have changed since it was saved); raises ValueError saying what is wrong
@@ -171,6 +191,47 @@ def connection_policy_lenient() -> ConnectionPolicy:
     """For reading stored settings only (never for connecting): accepts what an older, looser
     policy may have stored, so that comparing endpoints never fails."""
     return ConnectionPolicy(cert_dir="/", allow_unix_sockets=True, files_dir="/")
+
+
+# -- the control plane's own services ------------------------------------------------------
+
+
+def control_plane_service_problem(url: str) -> str | None:
+    """Why a connection's URL may not be used (it reaches the control plane's own API, its
+    database server or its broker, where a request made with the control plane's or a
+    driver's standing could do harm), or None."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port or {"https": 443}.get(parts.scheme, 80)
+    except ValueError:
+        return None  # refused elsewhere, with its own message
+    for name, own in _control_plane_services():
+        own_host, own_port = own
+        if port == own_port and _same_server(host, own_host, port):
+            return f"points at the control plane's own {name} ({own_host}:{own_port})"
+    return None
+
+
+def _control_plane_services() -> list[tuple[str, tuple[str, int]]]:
+    from urllib.parse import urlsplit
+
+    out = []
+    for name, url, default in (
+        ("API", django_settings.CONTROLPLANE_URL, 80),
+        ("broker", django_settings.CELERY_BROKER_URL, 6379),
+    ):
+        try:
+            parts = urlsplit(url)
+            if parts.hostname:
+                out.append((name, (parts.hostname, parts.port or default)))
+        except ValueError:
+            continue
+    for own in _control_plane_databases():
+        if not own["host"].startswith("/"):
+            out.append(("database server", (own["host"], int(own["port"]))))
+    return out
 
 
 # -- the control plane's own database ------------------------------------------------------

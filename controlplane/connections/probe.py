@@ -18,6 +18,7 @@ from .policy import (
     cassandra_connection_arguments,
     files_connection_root,
     postgres_connect_arguments,
+    registry_connection_arguments,
 )
 
 
@@ -162,10 +163,25 @@ def _probe_cassandra(settings: dict, secrets: dict, timeout: float) -> ProbeResu
     )
 
 
+def _probe_schema_registry(settings: dict, secrets: dict, timeout: float) -> ProbeResult:
+    """List the registry's subjects with the connection's credentials (through the
+    connection policy: never at the control plane's own services)."""
+    from jobs.registry.client import Registry
+
+    arguments = {**registry_connection_arguments(settings, secrets), "timeout_seconds": timeout}
+    with Registry(arguments) as registry:
+        subjects = registry.subjects()
+        level = registry.compatibility_level()
+    return ProbeResult(
+        True, 0, f"answered: {len(subjects)} subject(s), compatibility {level} by default"
+    )
+
+
 # How each kind of connection is tested (jobs.connections.CONNECTION_KINDS lists the kinds).
 PROBES = {
     "kafka": _probe_kafka,
     "postgres": _probe_postgres,
     "files": _probe_files,
     "cassandra": _probe_cassandra,
+    "schema-registry": _probe_schema_registry,
 }

@@ -21,7 +21,7 @@ from controlplane.connections import directories
 from controlplane.connections.models import Connection, ConnectionKind
 from jobs.spec import FieldError, PipelineSpec, SpecError, parse_spec
 
-from . import audit
+from . import audit, schemas
 from .models import (
     AUTO,
     DEDICATED,
@@ -235,7 +235,7 @@ def create_pipeline(
     name)."""
     if name in RESERVED_NAMES:
         raise Invalid("name", f"{name!r} is reserved (the API's /api/pipelines/{name}/)")
-    spec = validate(spec_data)
+    spec = validate(schemas.resolve(spec_data))
     canonical = spec.to_dict()
     _check_text("description", description)
     if problem := placement_problem(placement):
@@ -302,7 +302,7 @@ def update_pipeline(
     audit entry says `action` (and `reason`).
     """
     expected = pipeline.version if expected_version is None else expected_version
-    spec = validate(spec_data) if spec_data is not None else None
+    spec = validate(schemas.resolve(spec_data)) if spec_data is not None else None
     _check_text("description", description)
     if placement is not None and (problem := placement_problem(placement)):
         raise Invalid("placement", problem)

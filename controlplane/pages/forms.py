@@ -355,11 +355,34 @@ CASSANDRA_FIELDS = [
         choices=("", "true", "false"),
     ),
 ]
+REGISTRY_FIELDS = [
+    Field(
+        "url",
+        "settings.url",
+        "URL",
+        help="the registry's Confluent API, e.g. https://registry:8081 or"
+        " http://apicurio:8080/apis/ccompat/v7 (no user, query or fragment)",
+    ),
+    Field("auth", "settings.auth", "Authentication", "select", choices=("none", "basic", "bearer")),
+    Field("username", "settings.username", "Username", help="with basic authentication"),
+    Field("password", "secrets.password", "Password", "secret"),
+    Field("token", "secrets.token", "Bearer token", "secret"),
+    Field(
+        "ssl_cafile",
+        "settings.ssl_cafile",
+        "CA file",
+        help="https only; in the certificate directory an admin allows (CONTROLPLANE_CERT_DIR)",
+    ),
+    Field("ssl_certfile", "settings.ssl_certfile", "Client certificate file"),
+    Field("ssl_keyfile", "settings.ssl_keyfile", "Client key file"),
+    Field("timeout_seconds", "settings.timeout_seconds", "Timeout (s)", "number"),
+]
 CONNECTION_FIELDS = {
     "kafka": KAFKA_FIELDS,
     "postgres": POSTGRES_FIELDS,
     "files": FILES_FIELDS,
     "cassandra": CASSANDRA_FIELDS,
+    "schema-registry": REGISTRY_FIELDS,
 }
 # Settings chosen as true or false (a select: empty leaves the default).
 _BOOLEAN_SELECTS = ("ssl_check_hostname", "tls")

@@ -127,8 +127,13 @@ def run_config(pipeline: Pipeline, run: Run, run_dir: Path, token: str) -> dict:
     source = pipeline.connections.get(name=spec["source"]["connection"])
     # The spec as stored (validated then); a definition stored by an earlier version that
     # this one refuses fails the launch here, naming the field (a permanent failure).
-    sink_configs = [sink_config(pipeline, sink) for sink in parse_spec(spec).all_sinks()]
+    parsed = parse_spec(spec)
+    sink_configs = [sink_config(pipeline, sink) for sink in parsed.all_sinks()]
     first = sink_configs[0]
+    registry = None
+    if parsed.source.schema_registry is not None:
+        connection = pipeline.connections.get(name=parsed.source.schema_registry.connection)
+        registry = DRIVER_ARGUMENTS[connection.kind](connection)
     return {
         "pipeline": pipeline.name,
         "generation": run.generation,
@@ -138,6 +143,7 @@ def run_config(pipeline: Pipeline, run: Run, run_dir: Path, token: str) -> dict:
         "postgres": first.get("postgres") or {},
         "sink_kafka": first.get("kafka"),
         "sink_configs": sink_configs,
+        "registry": registry,
         "checkpoint": checkpoints.location(pipeline),
         # Where checkpoints live and how to reach that store (keys included: this file is
         # 0600, like the connections' secrets above).
@@ -643,6 +649,15 @@ def _cassandra_arguments(connection) -> dict:
         raise SinkRefused(f"SinkRefused: connection {connection.name!r}: {exc}") from None
 
 
+def _registry_arguments(connection) -> dict:
+    from controlplane.connections.policy import registry_connection_arguments
+
+    try:
+        return registry_connection_arguments(connection.settings, connection.get_secrets())
+    except ValueError as exc:
+        raise SinkRefused(f"SinkRefused: connection {connection.name!r}: {exc}") from None
+
+
 def _files_arguments(connection) -> dict:
     return {"root": sink_files_root(connection)}
 
@@ -654,4 +669,5 @@ DRIVER_ARGUMENTS = {
     "postgres": sink_conninfo,
     "files": _files_arguments,
     "cassandra": _cassandra_arguments,
+    "schema-registry": _registry_arguments,
 }

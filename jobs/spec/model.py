@@ -41,6 +41,26 @@ class Deduplicate:
 
 
 @dataclass(frozen=True)
+class SchemaRegistry:
+    """Where an Avro source's schemas are: a schema-registry connection and the subject of the
+    values (jobs.registry.subjects). The reader schema is that subject's `version` ("latest":
+    the latest when the spec is saved), copied into the source's `avro_schema` by the control
+    plane on save; every record's writer schema is found by the id in its header."""
+
+    connection: str
+    # How the subject is named: "topic" (<topic>-value, of the first topic), "record" (the
+    # record's full name), "topic-record" (<topic>-<record's full name>).
+    strategy: Literal["topic", "record", "topic-record"] = "topic"
+    record: str | None = None  # the record's full name, for the record strategies
+    version: int | Literal["latest"] = "latest"
+    # Set by the control plane on save: the subject and version the reader schema is, and the
+    # schema's id in the registry.
+    subject: str | None = None
+    resolved_version: int | None = None
+    schema_id: int | None = None
+
+
+@dataclass(frozen=True)
 class KafkaSource:
     """Records from Kafka topics, parsed from JSON with a Spark DDL schema."""
 
@@ -54,6 +74,9 @@ class KafkaSource:
     # serializers write it.
     avro_schema: str | None = None
     avro_framing: Literal["none", "confluent"] = "none"
+    # Avro in Confluent's framing whose writers' schemas are in a registry: each record read
+    # with its own writer schema (by the id in its header) as the reader schema.
+    schema_registry: SchemaRegistry | None = None
     # "earliest", "latest", {"topic": {"partition": offset}} (-2 earliest, -1 latest), as
     # Spark; or {"timestamp": "2026-11-21T10:00:00Z"}: in each partition, the first record
     # stamped at or after that time (the log end if there is none).
@@ -194,8 +217,10 @@ class PipelineSpec:
         return self.sinks or (self.sink,)
 
     def connection_names(self) -> set[str]:
+        registry = self.source.schema_registry
         return {
             self.source.connection,
+            *((registry.connection,) if registry is not None else ()),
             *(n for s in self.all_sinks() for n in s.connection_names()),
         }
 

@@ -122,6 +122,27 @@ _FIELDS: dict[tuple[type, str], dict[str, Any]] = {
         "minimum": 1,
         "maximum": MAX_MIN_PARTITIONS,
     },
+    (model.SchemaRegistry, "connection"): connection("schema-registry"),
+    (model.SchemaRegistry, "record"): {
+        "type": ["string", "null"],
+        "pattern": "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$",
+    },
+    (model.SchemaRegistry, "version"): {
+        "anyOf": [{"type": "integer", "minimum": 1, "maximum": 2**31 - 1}, {"const": "latest"}],
+        "description": "the subject's version the reader schema is; latest: the latest when the"
+        " spec is saved",
+    },
+    (model.SchemaRegistry, "subject"): {"type": ["string", "null"], "maxLength": 255},
+    (model.SchemaRegistry, "resolved_version"): {
+        "type": ["integer", "null"],
+        "minimum": 1,
+        "maximum": 2**31 - 1,
+    },
+    (model.SchemaRegistry, "schema_id"): {
+        "type": ["integer", "null"],
+        "minimum": 0,
+        "maximum": 2**31 - 1,
+    },
     (model.KafkaSource, "consumer_group"): {
         "type": ["string", "null"],
         "pattern": f"^{_GROUP_ID.pattern}$",

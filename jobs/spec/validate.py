@@ -7,7 +7,7 @@ Operators fix a spec faster when they see all its problems at once, each named b
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +34,7 @@ from .model import (
     KafkaSource,
     NoRestart,
     PipelineSpec,
+    SchemaRegistry,
     Transform,
     Trigger,
     Watermark,
@@ -298,9 +299,11 @@ def _parse_source(
     topics = _parse_topics(s)
     fmt = s.string("format", "json", choices=FORMATS)
     avro_schema, framing = None, "none"
+    registry = None
     if fmt == "avro":
         avro_schema, derived = _parse_avro(s)
         framing = s.string("avro_framing", "none", choices=FRAMINGS)
+        registry = _parse_registry(s, framing, topics or (), connections)
         given = s.get("schema", None)
         schema = derived
         if given is not None and derived is not None and _ddl_or_none(given) != derived:
@@ -310,7 +313,7 @@ def _parse_source(
                 f"{derived})",
             )
     else:
-        for name in ("avro_schema", "avro_framing"):
+        for name in ("avro_schema", "avro_framing", "schema_registry"):
             if s.data.get(name) not in (None, "none"):
                 s.error(name, "applies to format avro only")
         schema = s.string("schema")
@@ -365,6 +368,56 @@ def _parse_source(
         consumer_group=group,
         watermark=watermark,
         deduplicate=deduplicate,
+        schema_registry=registry,
+    )
+
+
+# An Avro full name: dotted names of letters, digits and underscores, none starting with a digit.
+_AVRO_FULL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+MAX_SUBJECT = 255
+
+
+def _parse_registry(
+    s: Section, framing: str | None, topics: Sequence[str], connections: Mapping[str, str] | None
+) -> SchemaRegistry | None:
+    """source.schema_registry: where the values' schemas are (Confluent-framed Avro)."""
+    from ..registry.subjects import NEEDS_RECORD, STRATEGIES
+
+    data = s.get("schema_registry", None)
+    if data is None:
+        return None
+    if framing != "confluent":
+        s.error("schema_registry", "needs avro_framing: confluent (a schema id in every value)")
+        return None
+    r = Section(s.errors, s.at("schema_registry"), data, _names(SchemaRegistry))
+    connection = r.string("connection")
+    _check_connection(r, connection, "schema-registry", connections)
+    strategy = r.string("strategy", "topic", choices=STRATEGIES)
+    record = r.string("record", None)
+    if record is not None and not _AVRO_FULL_NAME.fullmatch(record):
+        r.error("record", f"{record!r} is not an Avro full name (namespace.Name)")
+    if strategy in NEEDS_RECORD and record is None:
+        r.error("record", f"is required with strategy {strategy} (the record's full name)")
+    version = r.get("version", "latest")
+    if version != "latest" and (
+        isinstance(version, bool) or not isinstance(version, int) or not 1 <= version < 2**31
+    ):
+        r.error("version", f'must be "latest" or a version number (1 or more); got {version!r}')
+    subject = r.string("subject", None)
+    if subject is not None and len(subject) > MAX_SUBJECT:
+        r.error("subject", f"at most {MAX_SUBJECT} characters")
+    resolved = r.integer("resolved_version", None, minimum=1, maximum=2**31 - 1)
+    schema_id = r.integer("schema_id", None, minimum=0, maximum=2**31 - 1)
+    if not r.ok:
+        return None
+    return SchemaRegistry(
+        connection=connection,
+        strategy=strategy,
+        record=record,
+        version=version,
+        subject=subject,
+        resolved_version=resolved,
+        schema_id=schema_id,
     )
 
 

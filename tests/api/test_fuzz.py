@@ -144,6 +144,7 @@ def register_formats() -> None:
         "postgres-connection": st.just("warehouse"),
         "files-connection": st.just("lake"),
         "cassandra-connection": st.just("cluster"),
+        "schema-registry-connection": st.just("registry"),
         "dead-letter-connection": st.sampled_from(["warehouse", "events"]),
         "column-name": st.just("id"),
         "source-column": st.sampled_from(["id", "at"]),

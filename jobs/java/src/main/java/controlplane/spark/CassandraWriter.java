@@ -853,46 +853,12 @@ public final class CassandraWriter implements FlatMapFunction<Iterator<Row>, lon
 
   // ---------------------------------------------------------------- TLS
 
-  private static final Pattern PEM =
-      Pattern.compile("-----BEGIN ([A-Z0-9 ]+)-----([^-]*)-----END \\1-----");
-
   static SSLContext sslContext(Config config) {
     try {
-      CertificateFactory x509 = CertificateFactory.getInstance("X.509");
-      KeyStore trust = KeyStore.getInstance(KeyStore.getDefaultType());
-      trust.load(null, null);
-      List<Certificate> authorities = certificates(x509, config.caFile, "tls.ca_file");
-      for (int i = 0; i < authorities.size(); i++) {
-        trust.setCertificateEntry("ca" + i, authorities.get(i));
-      }
-      TrustManagerFactory trusting =
-          TrustManagerFactory.getInstance(TrustManagerFactory.getDefaultAlgorithm());
-      trusting.init(trust);
-      KeyManager[] keys = null;
-      if (config.certFile != null) {
-        List<Certificate> chain = certificates(x509, config.certFile, "tls.cert_file");
-        PrivateKey key = privateKey(read(config.keyFile, "tls.key_file"));
-        KeyStore store = KeyStore.getInstance(KeyStore.getDefaultType());
-        store.load(null, null);
-        store.setKeyEntry("client", key, new char[0], chain.toArray(new Certificate[0]));
-        KeyManagerFactory keying =
-            KeyManagerFactory.getInstance(KeyManagerFactory.getDefaultAlgorithm());
-        keying.init(store, new char[0]);
-        keys = keying.getKeyManagers();
-      }
-      javax.net.ssl.TrustManager[] trustManagers = trusting.getTrustManagers();
-      if (config.hostnameValidation) {
-        for (int i = 0; i < trustManagers.length; i++) {
-          if (trustManagers[i] instanceof X509ExtendedTrustManager) {
-            trustManagers[i] = new HostnameChecking((X509ExtendedTrustManager) trustManagers[i]);
-          }
-        }
-      }
-      SSLContext context = SSLContext.getInstance("TLS");
-      context.init(keys, trustManagers, null);
-      return context;
-    } catch (GeneralSecurityException | IOException e) {
-      throw new DefinitionException("Cassandra TLS: " + describe(e), e);
+      return Tls.context(config.caFile, config.certFile, config.keyFile,
+          config.hostnameValidation ? HostnameChecking::new : null);
+    } catch (Tls.TlsException e) {
+      throw new DefinitionException("Cassandra TLS: " + e.getMessage(), e);
     }
   }
 
@@ -1074,90 +1040,6 @@ public final class CassandraWriter implements FlatMapFunction<Iterator<Row>, lon
         return null;
       }
     }
-  }
-
-  private static String read(String path, String key) {
-    try {
-      return Files.readString(Path.of(path), StandardCharsets.US_ASCII);
-    } catch (IOException | RuntimeException e) {
-      throw new DefinitionException("Cassandra TLS: " + key + " " + path + " cannot be read: "
-          + describe(e), e);
-    }
-  }
-
-  static List<Certificate> certificates(CertificateFactory x509, String path, String key)
-      throws CertificateException {
-    List<Certificate> out = new ArrayList<>();
-    Matcher pem = PEM.matcher(read(path, key));
-    while (pem.find()) {
-      if (pem.group(1).equals("CERTIFICATE")) {
-        byte[] der = Base64.getMimeDecoder().decode(pem.group(2));
-        out.add(x509.generateCertificate(new java.io.ByteArrayInputStream(der)));
-      }
-    }
-    if (out.isEmpty()) {
-      throw new DefinitionException("Cassandra TLS: " + key + " " + path
-          + " holds no PEM certificate");
-    }
-    return out;
-  }
-
-  /** A PEM private key: PKCS#8 (RSA, EC, Ed25519) or PKCS#1 RSA; not encrypted. */
-  static PrivateKey privateKey(String text) throws GeneralSecurityException {
-    Matcher pem = PEM.matcher(text);
-    while (pem.find()) {
-      String kind = pem.group(1);
-      byte[] der = Base64.getMimeDecoder().decode(pem.group(2));
-      if (kind.equals("RSA PRIVATE KEY")) {
-        return KeyFactory.getInstance("RSA").generatePrivate(
-            new PKCS8EncodedKeySpec(pkcs8OfPkcs1(der)));
-      }
-      if (kind.equals("PRIVATE KEY")) {
-        for (String algorithm : new String[] {"RSA", "EC", "Ed25519", "Ed448", "DSA"}) {
-          try {
-            return KeyFactory.getInstance(algorithm).generatePrivate(new PKCS8EncodedKeySpec(der));
-          } catch (GeneralSecurityException e) {
-            // the next one
-          }
-        }
-        throw new DefinitionException("Cassandra TLS: tls.key_file's key is of no known algorithm");
-      }
-      if (kind.equals("ENCRYPTED PRIVATE KEY") || kind.equals("EC PRIVATE KEY")) {
-        throw new DefinitionException("Cassandra TLS: tls.key_file holds an " + kind
-            + "; convert it to unencrypted PKCS#8 (openssl pkcs8 -topk8 -nocrypt)");
-      }
-    }
-    throw new DefinitionException("Cassandra TLS: tls.key_file holds no PEM private key");
-  }
-
-  /** PKCS#1 RSAPrivateKey wrapped as PKCS#8 PrivateKeyInfo (rsaEncryption, NULL params). */
-  static byte[] pkcs8OfPkcs1(byte[] pkcs1) {
-    byte[] version = {0x02, 0x01, 0x00};
-    byte[] algorithm = {0x30, 0x0d, 0x06, 0x09, 0x2a, (byte) 0x86, 0x48, (byte) 0x86,
-        (byte) 0xf7, 0x0d, 0x01, 0x01, 0x01, 0x05, 0x00};
-    byte[] key = der(0x04, pkcs1);
-    ByteArrayOutputStream body = new ByteArrayOutputStream();
-    body.writeBytes(version);
-    body.writeBytes(algorithm);
-    body.writeBytes(key);
-    return der(0x30, body.toByteArray());
-  }
-
-  private static byte[] der(int tag, byte[] content) {
-    ByteArrayOutputStream out = new ByteArrayOutputStream();
-    out.write(tag);
-    int n = content.length;
-    if (n < 0x80) {
-      out.write(n);
-    } else {
-      int bytes = n > 0xffffff ? 4 : n > 0xffff ? 3 : n > 0xff ? 2 : 1;
-      out.write(0x80 | bytes);
-      for (int i = bytes - 1; i >= 0; i--) {
-        out.write((n >>> (8 * i)) & 0xff);
-      }
-    }
-    out.writeBytes(content);
-    return out.toByteArray();
   }
 
   // ---------------------------------------------------------------- values

@@ -636,16 +636,16 @@ class CassandraWriterTest {
     rsa.initialize(2048);
     PrivateKey key = rsa.generateKeyPair().getPrivate();
     byte[] pkcs8 = key.getEncoded();
-    assertEquals(key, CassandraWriter.privateKey(pem("PRIVATE KEY", pkcs8)));
+    assertEquals(key, Tls.privateKey(pem("PRIVATE KEY", pkcs8)));
     // PKCS#8 of a 2048-bit RSA key: a 26-byte header, then the PKCS#1 key.
     byte[] pkcs1 = Arrays.copyOfRange(pkcs8, 26, pkcs8.length);
-    assertArrayEquals(pkcs8, CassandraWriter.pkcs8OfPkcs1(pkcs1));
-    assertEquals(key, CassandraWriter.privateKey(pem("RSA PRIVATE KEY", pkcs1)));
+    assertArrayEquals(pkcs8, Tls.pkcs8OfPkcs1(pkcs1));
+    assertEquals(key, Tls.privateKey(pem("RSA PRIVATE KEY", pkcs1)));
     KeyPairGenerator ec = KeyPairGenerator.getInstance("EC");
     PrivateKey ecKey = ec.generateKeyPair().getPrivate();
-    assertEquals(ecKey, CassandraWriter.privateKey("junk\n" + pem("PRIVATE KEY", ecKey.getEncoded())));
-    CassandraWriter.DefinitionException e = assertThrows(CassandraWriter.DefinitionException.class,
-        () -> CassandraWriter.privateKey(pem("ENCRYPTED PRIVATE KEY", pkcs8)));
+    assertEquals(ecKey, Tls.privateKey("junk\n" + pem("PRIVATE KEY", ecKey.getEncoded())));
+    Tls.TlsException e = assertThrows(Tls.TlsException.class,
+        () -> Tls.privateKey(pem("ENCRYPTED PRIVATE KEY", pkcs8)));
     assertTrue(e.getMessage().contains("pkcs8"), e.getMessage());
   }
 

@@ -1,0 +1,275 @@
+"""Avro through a schema registry (source.schema_registry): records produced by Confluent's own
+Python client (confluent-kafka's AvroSerializer, registering each schema version in the real
+registry `./stack test` starts) in three versions of their schema, read by a pipeline exactly
+once with the right values for each version; the reader schema taken from the registry when
+the spec is saved, and a reader that cannot read what producers may write refused there; a
+value with an unknown schema id, a corrupted header or a cut body becomes a dead letter (the
+reason in words), never a failed batch. Real Kafka, registry, Spark and Postgres."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import pytest
+
+from jobs.registry.client import Registry
+from jobs.runconfig import RunConfig
+from jobs.sinks.postgres.store import DEAD_LETTERS_TABLE
+from jobs.source import parsed_frame
+from jobs.spec import parse_spec
+from tests.kafka_helpers import new_topic
+from tests.spark_helpers import drain, fetch, forget_last_commit
+
+pytestmark = [pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
+
+V1 = {
+    "type": "record",
+    "name": "Delivery",
+    "namespace": "acme",
+    "fields": [{"name": "id", "type": "string"}, {"name": "n", "type": "int"}],
+}
+# v2: n promoted to long, status added with a default.
+V2 = {
+    **V1,
+    "fields": [
+        {"name": "id", "type": "string"},
+        {"name": "n", "type": "long"},
+        {"name": "status", "type": "string", "default": "created"},
+    ],
+}
+# v3: n removed (v2's readers cannot read it: n has no default there), courier added.
+V3 = {
+    **V1,
+    "fields": [
+        {"name": "id", "type": "string"},
+        {"name": "status", "type": "string", "default": "created"},
+        {"name": "courier", "type": ["null", "string"], "default": None},
+    ],
+}
+
+
+@pytest.fixture
+def registry_url() -> str:
+    url = os.environ.get("CONTROLPLANE_SCHEMA_REGISTRY_URL")
+    assert url, "CONTROLPLANE_SCHEMA_REGISTRY_URL is not set: run the tests with ./stack test"
+    return url
+
+
+@pytest.fixture
+def registry_connection(api, registry_url):
+    response = api.post(
+        "/api/connections/",
+        {"name": "registry", "kind": "schema-registry", "settings": {"url": registry_url}},
+        format="json",
+    )
+    assert response.status_code == 201, response.json()
+    return response.json()
+
+
+def produce_versions(bootstrap: str, registry_url: str, topic: str) -> list[dict]:
+    """Records of each version, as Confluent's AvroSerializer writes them (the schema
+    registered under <topic>-value); the values each should read as, by id."""
+    from confluent_kafka import SerializingProducer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import StringSerializer
+
+    client = SchemaRegistryClient({"url": registry_url})
+    expected = []
+    for version, schema, records in (
+        (1, V1, [{"id": f"v1-{i}", "n": i} for i in range(30)]),
+        (2, V2, [{"id": f"v2-{i}", "n": 2**40 + i, "status": "assigned"} for i in range(30)]),
+        (3, V3, [{"id": f"v3-{i}", "status": "delivered", "courier": "ann"} for i in range(30)]),
+    ):
+        producer = SerializingProducer(
+            {
+                "bootstrap.servers": bootstrap,
+                "key.serializer": StringSerializer("utf_8"),
+                "value.serializer": AvroSerializer(client, json.dumps(schema)),
+            }
+        )
+        for r in records:
+            producer.produce(topic, key=r["id"], value=r)
+        producer.flush(30)
+        for r in records:
+            expected.append(
+                {
+                    "id": r["id"],
+                    "status": r.get("status", "created"),
+                    "courier": r.get("courier"),
+                    "version": version,
+                }
+            )
+    return expected
+
+
+def produce_raw(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for value in values:
+        producer.produce(topic, value=value)
+    producer.flush(30)
+
+
+def spec(topic: str, table: str, version="latest") -> dict:
+    return {
+        "source": {
+            "connection": "events",
+            "topics": [topic],
+            "format": "avro",
+            "avro_framing": "confluent",
+            "schema_registry": {"connection": "registry", "version": version},
+            "starting_offsets": "earliest",
+            "max_records_per_batch": 40,
+        },
+        "sink": {"connection": "warehouse", "table": table},
+    }
+
+
+def run_config(pipeline_spec: dict, tmp_path, bootstrap, sink_dsn, registry_url) -> RunConfig:
+    (tmp_path / "run").mkdir(parents=True, exist_ok=True)
+    return RunConfig(
+        pipeline=f"reg-{uuid.uuid4().hex[:8]}",
+        spec=parse_spec(pipeline_spec),
+        kafka={"bootstrap_servers": [bootstrap]},
+        postgres={"conninfo": sink_dsn},
+        checkpoint=str(tmp_path / "checkpoint"),
+        run_dir=str(tmp_path / "run"),
+        registry={"url": registry_url, "auth": "none", "timeout_seconds": 10},
+    )
+
+
+def test_the_reader_schema_comes_from_the_registry_on_save_and_a_reader_that_cannot_read_is_refused(
+    api, kafka_connection, postgres_connection, registry_connection, kafka_bootstrap, registry_url
+):
+    topic = new_topic(kafka_bootstrap)
+    produce_versions(kafka_bootstrap, registry_url, topic)
+    body = {"name": "reg-latest", "spec": spec(topic, "reg_latest")}
+    response = api.post("/api/pipelines/", body, format="json")
+    assert response.status_code == 201, response.json()
+    source = response.json()["spec"]["source"]
+    assert json.loads(source["avro_schema"])["fields"] == V3["fields"]
+    assert source["schema"] == "`id` STRING, `status` STRING, `courier` STRING"
+    registry = source["schema_registry"]
+    assert (registry["subject"], registry["resolved_version"]) == (f"{topic}-value", 3)
+    assert isinstance(registry["schema_id"], int)
+    # Version 2 cannot read what version 3's producers write (n has no default in it).
+    body = {"name": "reg-pinned", "spec": spec(topic, "reg_pinned", version=2)}
+    response = api.post("/api/pipelines/", body, format="json")
+    assert response.status_code == 400, response.json()
+    errors = response.json()["spec.source.schema_registry.version"]
+    assert any("cannot read" in e and "BACKWARD" in e for e in errors), errors
+    # A subject the registry does not have, and a version it does not have.
+    body = {"name": "reg-none", "spec": spec(new_topic(kafka_bootstrap), "reg_none")}
+    response = api.post("/api/pipelines/", body, format="json")
+    assert response.status_code == 400
+    assert "has no subject" in " ".join(response.json()["spec.source.schema_registry"])
+    body = {"name": "reg-v9", "spec": spec(topic, "reg_v9", version=9)}
+    response = api.post("/api/pipelines/", body, format="json")
+    assert "has no version 9" in " ".join(response.json()["spec.source.schema_registry"])
+
+
+def test_the_connection_is_tested_and_never_points_at_the_control_planes_own_services(
+    api, registry_connection, settings
+):
+    response = api.post("/api/connections/registry/test/")
+    assert response.status_code == 200, response.json()
+    assert response.json()["ok"] is True, response.json()
+    assert "compatibility BACKWARD" in response.json()["detail"], response.json()
+    settings.CONTROLPLANE_URL = "http://127.0.0.1:8000"
+    for url, what in (
+        ("http://localhost:8000/api", "API"),
+        (f"http://127.0.0.1:{_port(settings.CELERY_BROKER_URL, 6379)}", "broker"),
+    ):
+        response = api.post(
+            "/api/connections/",
+            {"name": "own", "kind": "schema-registry", "settings": {"url": url}},
+            format="json",
+        )
+        assert response.status_code == 400, response.json()
+        assert what in " ".join(response.json()["settings.url"]), response.json()
+    response = api.post(
+        "/api/connections/",
+        {
+            "name": "creds",
+            "kind": "schema-registry",
+            "settings": {"url": "http://user:pw@registry.example:8081"},
+        },
+        format="json",
+    )
+    assert response.status_code == 400
+    assert "may not carry a user" in " ".join(response.json()["settings.url"])
+
+
+def _port(url: str, default: int) -> int:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).port or default
+
+
+@pytest.mark.spark
+def test_three_versions_read_exactly_once_and_bad_values_are_dead_letters_with_reasons(
+    api,
+    kafka_connection,
+    postgres_connection,
+    registry_connection,
+    kafka_bootstrap,
+    registry_url,
+    sink_dsn,
+    spark,
+    tmp_path,
+):
+    topic = new_topic(kafka_bootstrap)
+    expected = produce_versions(kafka_bootstrap, registry_url, topic)
+    with Registry({"url": registry_url}) as registry:
+        v1 = registry.version(f"{topic}-value", 1).id
+    bad = [
+        b"\x00" + (999_999).to_bytes(4, "big") + b"\x02a\x02",  # an id the registry lacks
+        b"\x01\x00\x00\x00\x01\x02a",  # not the magic byte
+        b"\x00" + v1.to_bytes(4, "big") + b"\x06ab",  # version 1's header, its body cut short
+    ]
+    produce_raw(kafka_bootstrap, topic, bad)
+    table = f"reg_{uuid.uuid4().hex[:8]}"
+    response = api.post(
+        "/api/pipelines/", {"name": "reg-run", "spec": spec(topic, table)}, format="json"
+    )
+    assert response.status_code == 201, response.json()
+    cfg = run_config(response.json()["spec"], tmp_path, kafka_bootstrap, sink_dsn, registry_url)
+    drain(spark, cfg)
+    rows = fetch(sink_dsn, f'SELECT id, status, courier FROM "{table}" ORDER BY id')
+    assert len(rows) == 90
+    assert {r[0]: (r[1], r[2]) for r in rows} == {
+        e["id"]: (e["status"], e["courier"]) for e in expected
+    }
+    letters = fetch(
+        sink_dsn, f'SELECT raw FROM "{DEAD_LETTERS_TABLE}" WHERE pipeline = %s', cfg.pipeline
+    )
+    assert sorted(bytes(r[0]) for r in letters) == sorted(bad)
+    # Replayed (the driver died after the sink's transaction): nothing twice.
+    forget_last_commit(tmp_path / "checkpoint")
+    drain(spark, cfg)
+    assert fetch(sink_dsn, f'SELECT count(*) FROM "{table}"')[0][0] == 90
+    # Each bad value's reason, as the executors' decoder gives it.
+    raw = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", kafka_bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    parsed = parsed_frame(raw, cfg.spec, cfg.registry)
+    reasons = sorted(
+        r[0]
+        for r in parsed.where("_cp_record._cp_corrupt IS NOT NULL")
+        .select("_cp_record._cp_corrupt")
+        .collect()
+    )
+    assert len(reasons) == 3, reasons
+    assert any("schema id 999999 is not in the schema registry" in r for r in reasons), reasons
+    assert any("its first byte is 1, not 0" in r for r in reasons), reasons
+    assert any(r.startswith(f"does not decode with writer schema id {v1}") for r in reasons), (
+        reasons
+    )
