@@ -788,6 +788,32 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def avro_only(args, bootstrap: str, sink_dsn: str) -> int:
+    """The Avro part alone, in a session of its own; merged into the output's last line."""
+    from bench import avro_registry
+
+    jvm.build()
+    spark = bench_session(args.master, {"spark.sql.shuffle.partitions": "2"})
+    try:
+        avro = {"machine": machine(), **avro_registry.run_part(spark, args, bootstrap, sink_dsn)}
+    finally:
+        spark.stop()
+    for path in avro_registry.PATHS:
+        print(f"{path:<22}{avro['events_per_s'][path]:>12,} rows/s (median)")
+    ratio = avro["ratios"]["avro_framed_to_avro"]
+    print(
+        f"avro_framed_to_avro: {ratio}x (target >= {avro_registry.TARGET}x:"
+        f" {'met' if avro['met'] else 'NOT met'}); framed to JSON"
+        f" {avro['ratios']['avro_framed_to_json']}x"
+    )
+    out = Path(args.output)
+    previous = json.loads(out.read_text().splitlines()[-1]) if out.exists() else {}
+    line = json.dumps({**previous, "avro": avro})
+    print(line)
+    out.write_text(line + "\n")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=2_000_000)
@@ -823,12 +849,19 @@ def main() -> int:
         " is (use another --output)",
     )  # fmt: skip
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "throughput.json"))
+    parser.add_argument(
+        "--avro-only", action="store_true",
+        help="only the Avro part (bench/avro_registry.py: JSON, Avro and Confluent-framed Avro"
+        " through the schema registry into Postgres); its figures replace the output's 'avro'",
+    )  # fmt: skip
     args = parser.parse_args()
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:59092")
     sink_dsn = os.environ.get(
         "CONTROLPLANE_SINK_DATABASE_URL",
         "postgresql://controlplane@127.0.0.1:55432/controlplane_sink",
     )
+    if args.avro_only:
+        return avro_only(args, bootstrap, sink_dsn)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     cores = re.fullmatch(r"local\[(\d+)\]", args.master)
     copy_connections = args.copy_connections or (int(cores.group(1)) if cores else 2)

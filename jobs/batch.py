@@ -14,7 +14,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from .runconfig import RunConfig
-from .source import DEAD_LETTER_FIELDS, PARSED, parse_error, unparsed
+from .source import DEAD_LETTER_FIELDS, PARSED, REASON, parse_error, unparsed
 from .spec import PipelineSpec
 from .storage import Storage, join, storage_for
 
@@ -144,10 +144,13 @@ class Batch:
         from pyspark.sql import functions as F
 
         return batch.where(F.col(BAD)).select(
-            *[F.col(f"_cp_{c}").alias(c) for c in DEAD_LETTER_FIELDS],
-            F.when(F.col("_cp_value").isNull(), F.lit(EMPTY_VALUE))
-            .otherwise(F.lit(self.parse_error))
-            .alias("error"),
+            *[F.col(f"_cp_{c}").alias(c) for c in DEAD_LETTER_FIELDS if c != REASON],
+            F.coalesce(
+                F.col(f"_cp_{REASON}"),
+                F.when(F.col("_cp_value").isNull(), F.lit(EMPTY_VALUE)).otherwise(
+                    F.lit(self.parse_error)
+                ),
+            ).alias("error"),
         )
 
     def unparsed_letters(self, parsed, count: int | None):

@@ -19,7 +19,10 @@ CORRUPT = "_cp_corrupt"
 DECODED = "_cp_decoded"  # set by the Avro reader schema for every record that decodes
 PARSED = "_cp_record"
 # The Kafka metadata a dead letter keeps of its record.
-DEAD_LETTER_FIELDS = ("topic", "partition", "offset", "timestamp", "value")
+# What a dead letter keeps of its record; `reason`: why it did not parse, in words, where the
+# parser says (the schema registry's decoder), else null (the source's parse_error applies).
+DEAD_LETTER_FIELDS = ("topic", "partition", "offset", "timestamp", "value", "reason")
+REASON = "reason"
 
 
 def register_sources(spark) -> None:
@@ -137,13 +140,23 @@ def parsed_frame(raw, spec: PipelineSpec, registry: dict | None = None):
 
     from .spec.ddl import parse_schema, to_ddl
 
+    no_reason = F.lit(None).cast("string").alias(REASON)
     if spec.source.format == "avro":
-        record = (
-            registry_record(raw.sparkSession, spec.source, registry)
-            if spec.source.schema_registry is not None
-            else avro_record(spec.source)
+        if spec.source.schema_registry is not None:
+            record = registry_record(raw.sparkSession, spec.source, registry)
+            reason = F.when(F.col("value").isNotNull(), F.col(f"{PARSED}.{CORRUPT}"))
+            return raw.select(
+                "topic", "partition", "offset", "timestamp", "value", record
+            ).withColumn(REASON, reason)
+        return raw.select(
+            "topic",
+            "partition",
+            "offset",
+            "timestamp",
+            "value",
+            no_reason,
+            avro_record(spec.source),
         )
-        return raw.select("topic", "partition", "offset", "timestamp", "value", record)
     # to_ddl: the canonical form, which from_json's strict JVM parser accepts.
     schema = f"{to_ddl(parse_schema(spec.source.schema))}, `{CORRUPT}` STRING"
     return raw.select(
@@ -152,6 +165,7 @@ def parsed_frame(raw, spec: PipelineSpec, registry: dict | None = None):
         "offset",
         "timestamp",
         "value",
+        no_reason,
         F.from_json(
             F.col("value").cast("string"),
             schema,
@@ -195,11 +209,6 @@ def avro_record(source):
     ).alias(PARSED)
 
 
-# How long the executors wait for a registry that does not answer, asking for a writer schema
-# they have not seen yet (ids already seen decode on), before the batch fails.
-REGISTRY_RETRY_SECONDS = 60.0
-
-
 def registry_record(spark, source, registry: dict | None):
     """The value decoded by the executors' JVM (controlplane.spark.ConfluentAvro): its writer
     schema found in the registry by the id in its Confluent header, read as the spec's reader
@@ -212,11 +221,15 @@ def registry_record(spark, source, registry: dict | None):
 
     if not registry:
         raise ValueError("source.schema_registry: the run configuration has no registry")
+    from .registry import DEFAULT_WAIT_SECONDS
+
     config = json.dumps(
         {
             "registry": registry,
             "reader_schema": source.avro_schema,
-            "retry_seconds": REGISTRY_RETRY_SECONDS,
+            # How long a new id waits for a registry that does not answer (the connection's
+            # wait_seconds): ids seen decode on meanwhile.
+            "retry_seconds": registry.get("wait_seconds", DEFAULT_WAIT_SECONDS),
         }
     )
     decoder = spark._jvm.controlplane.spark.ConfluentAvro

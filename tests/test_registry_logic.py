@@ -140,3 +140,36 @@ def test_the_gate_checks_newer_versions_and_the_rule_s_older_ones():
     assert writer_versions(3, [1, 2, 3, 4, 5], "BACKWARD_TRANSITIVE") == [1, 2, 4, 5]
     assert writer_versions(5, [1, 2, 3, 4, 5], "NONE") == [4]
     assert writer_versions(1, [1], "BACKWARD") == []
+
+
+def test_an_avro_kafka_sink_names_its_registry_and_a_json_one_does_not():
+    from jobs.spec import parse_spec
+
+    def sink(**extra):
+        spec = {
+            "source": {"connection": "k", "topics": ["in"], "schema": "id STRING"},
+            "sink": {"kind": "kafka", "connection": "k", "topic": "out", **extra},
+        }
+        return parse_spec(spec)
+
+    avro = sink(format="avro", schema_registry={"connection": "reg", "record": "acme.Event"})
+    assert avro.sink.schema_registry.record == "acme.Event"
+    assert avro.connection_names() == {"k", "reg"}
+    for extra, field, words in (
+        ({"format": "avro"}, "sink.schema_registry", "is required with format avro"),
+        ({"schema_registry": {"connection": "reg"}}, "sink.schema_registry", "avro only"),
+        (
+            {"format": "avro", "schema_registry": {"connection": "reg", "strategy": "record"}},
+            "sink.schema_registry.record",
+            "is required with strategy record",
+        ),
+        (
+            {"format": "avro", "schema_registry": {"connection": "reg", "record": "9x"}},
+            "sink.schema_registry.record",
+            "not an Avro full name",
+        ),
+    ):
+        with pytest.raises(SpecError) as caught:
+            sink(**extra)
+        messages = {e.field: e.message for e in caught.value.errors}
+        assert words in messages.get(field, ""), messages

@@ -318,6 +318,7 @@ def test_a_kafka_sink_spells_out_its_defaults_and_parses_again():
         "value": None,
         "headers": {},
         "format": "json",
+        "schema_registry": None,
         "dead_letter_topic": "orders-clean.dead-letters",
         "transaction_timeout_seconds": 120,
         "kind": "kafka",

@@ -134,6 +134,20 @@ PIPELINE_FIELDS = [
         choices=("none", "confluent"),
     ),
     Field(
+        "registry_connection",
+        "source.schema_registry.connection",
+        "Schema registry",
+        help="confluent framing: a schema-registry connection; the Avro schema then comes from"
+        " the values' subject (<topic>-value) when the pipeline is saved",
+    ),
+    Field(
+        "registry_version",
+        "source.schema_registry.version",
+        "Schema version",
+        "json",
+        "latest (the latest when saved), or a version number",
+    ),
+    Field(
         "starting_offsets",
         "source.starting_offsets",
         "Starting offsets",
@@ -376,6 +390,14 @@ REGISTRY_FIELDS = [
     Field("ssl_certfile", "settings.ssl_certfile", "Client certificate file"),
     Field("ssl_keyfile", "settings.ssl_keyfile", "Client key file"),
     Field("timeout_seconds", "settings.timeout_seconds", "Timeout (s)", "number"),
+    Field(
+        "wait_seconds",
+        "settings.wait_seconds",
+        "Wait for it (s)",
+        "number",
+        help="how long a job waits for a registry that does not answer, asked for a schema it"
+        " has not seen yet, before its batch fails (60 s when left empty)",
+    ),
 ]
 CONNECTION_FIELDS = {
     "kafka": KAFKA_FIELDS,
@@ -496,7 +518,7 @@ def pipeline_from_form(post: dict[str, Any], current_spec: dict | None) -> Parse
         else:
             _set(spec, f.path, value)
     source = spec.get("source")
-    for part in ("watermark", "deduplicate"):
+    for part in ("watermark", "deduplicate", "schema_registry"):
         if isinstance(source, dict) and source.get(part) == {}:
             source.pop(part)  # every input of it left empty: none
     if isinstance(source, dict) and source.get("format") == "avro":

@@ -4,3 +4,8 @@ the API (client.py), which subject a topic's values are registered under (subjec
 Confluent's wire format (a zero byte, the schema's id in 4 bytes, the Avro body). Spark-free
 and Django-free; records are decoded in the executors' JVM (controlplane.spark.ConfluentAvro).
 """
+
+# How long executors wait for a registry that does not answer, asked for a writer schema they
+# have not seen yet (ids seen decode on), before the batch fails (a connection's wait_seconds,
+# by default).
+DEFAULT_WAIT_SECONDS = 60.0

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ..connection_kind import ConnectionKind
+from . import DEFAULT_WAIT_SECONDS
 
 if TYPE_CHECKING:
     from ..connections import ConnectionPolicy
@@ -25,11 +26,21 @@ if TYPE_CHECKING:
 
 NAME = "schema-registry"
 SETTINGS = frozenset(
-    {"url", "auth", "username", "ssl_cafile", "ssl_certfile", "ssl_keyfile", "timeout_seconds"}
+    {
+        "url",
+        "auth",
+        "username",
+        "ssl_cafile",
+        "ssl_certfile",
+        "ssl_keyfile",
+        "timeout_seconds",
+        "wait_seconds",
+    }
 )
 SECRETS = frozenset({"password", "token"})
 AUTH = ("none", "basic", "bearer")
 DEFAULT_TIMEOUT_SECONDS = 10.0
+MAX_WAIT_SECONDS = 600.0
 MAX_URL = 2000
 _PATH_RE = re.compile(r"^[A-Za-z0-9._~/%-]*$")
 _HOST_RE = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -101,6 +112,9 @@ def validate(
     timeout = s.number("timeout_seconds", None, minimum=0.5, maximum=120)
     if timeout is not None:
         clean["timeout_seconds"] = float(timeout)
+    wait = s.number("wait_seconds", None, maximum=MAX_WAIT_SECONDS)
+    if wait is not None:
+        clean["wait_seconds"] = float(wait)
     clean_secrets = secrets_section(errors, secrets, set(SECRETS))
     wanted = {"basic": "password", "bearer": "token"}.get(clean["auth"])
     for name in sorted(clean_secrets):
@@ -142,4 +156,5 @@ def client_arguments(settings: Mapping[str, Any], secrets: Mapping[str, str]) ->
         "cert_file": settings.get("ssl_certfile"),
         "key_file": settings.get("ssl_keyfile"),
         "timeout_seconds": settings.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS),
+        "wait_seconds": settings.get("wait_seconds", DEFAULT_WAIT_SECONDS),
     }

@@ -221,9 +221,14 @@ _DESCRIPTIONS: dict[tuple[type, str], str] = {
 _DELAY = {"type": "number", "minimum": 0, "maximum": MAX_DELAY_SECONDS}
 for _policy in (model.FixedDelay, model.FailureRate):
     _FIELDS[(_policy, "delay_seconds")] = _DELAY
-# Each sink kind's fields (jobs.sinks.<kind>.spec.schema).
+# Each sink kind's fields (jobs.sinks.<kind>.spec.schema): by name for the kind's model, or by
+# (dataclass, name) for a part of it.
 _FIELDS.update(
-    {(k.model, name): value for k in registry.KINDS.values() for name, value in k.schema().items()}
+    {
+        name if isinstance(name, tuple) else (k.model, name): value
+        for k in registry.KINDS.values()
+        for name, value in k.schema().items()
+    }
 )
 # Fields the spec may leave out although the dataclass has no default (filled in by parse).
 _OPTIONAL = {(model.KafkaSource, "schema"), (model.PipelineSpec, "sink")}

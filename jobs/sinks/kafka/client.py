@@ -69,12 +69,69 @@ def _as_bytes(column, data_type):
     return column.cast("string").cast("binary")
 
 
+class AvroValues:
+    """Values in Avro, in Confluent's wire format (`format: avro`): the value's Avro schema,
+    from its Spark type as Spark's to_avro writes it (SchemaConverters.toAvroType), registered
+    under the sink's subject, or found there when it already is (one request per frame
+    shape), and every value framed with its id."""
+
+    def __init__(self, spark, sink, registry: dict | None):
+        if not registry:
+            raise KafkaSinkError("sink.schema_registry: the run configuration has no registry")
+        self.spark = spark
+        self.sink = sink
+        self.registry = registry
+
+    def schema_of(self, data_type) -> str:
+        """The Avro schema (JSON) Spark writes a value of this Spark type with."""
+        from pyspark.sql.types import StructType
+
+        if not isinstance(data_type, StructType):
+            raise KafkaSinkError(
+                f"sink.value: format avro writes a record: the value must be a struct (the"
+                f" output's columns, or struct(...)), not {data_type.simpleString()}"
+            )
+        jvm = self.spark._jvm
+        catalyst = self.spark._jsparkSession.parseDataType(data_type.json())
+        name = self.sink.schema_registry.record or "topLevelRecord"
+        namespace, _, short = name.rpartition(".")
+        avro = jvm.org.apache.spark.sql.avro.SchemaConverters.toAvroType(
+            catalyst, False, short, namespace
+        )
+        return avro.toString()
+
+    def column(self, value, data_type):
+        """The framed Avro value of a struct column."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.avro.functions import to_avro
+
+        from ...registry.client import Incompatible, InvalidSchema, Registry, RegistryError
+        from ...registry.subjects import frame, subject
+
+        schema = self.schema_of(data_type)
+        options = self.sink.schema_registry
+        name = subject(options.strategy, self.sink.topic, options.record or "topLevelRecord")
+        try:
+            with Registry(self.registry) as registry:
+                schema_id = registry.register(name, schema)
+        except (Incompatible, InvalidSchema) as exc:
+            raise KafkaSinkError(
+                f"sink.schema_registry: the output's Avro schema cannot be registered under"
+                f" {name!r}: {exc}; the schema: {schema}"
+            ) from None
+        except RegistryError as exc:
+            raise RuntimeError(f"the Kafka sink's schema registry: {exc}") from None
+        log.info("kafka sink: values in Avro, schema id %s under %s", schema_id, name)
+        return F.concat(F.lit(frame(schema_id, b"")), to_avro(value, schema))
+
+
 class RecordColumns:
     """The key, value and headers columns of a frame's records, built once per frame shape
     (the expressions' types are learnt from one analysis)."""
 
-    def __init__(self, sink):
+    def __init__(self, sink, avro: AvroValues | None = None):
         self.sink = sink
+        self.avro = avro
         self._built: dict[tuple, list] = {}
 
     def columns(self, frame, names: Sequence[str]) -> list:
@@ -97,6 +154,8 @@ class RecordColumns:
                 for f in frame.select(*[c.alias(n) for n, c in exprs.items()]).schema.fields
             }
             built = {n: _as_bytes(c, types[n]) for n, c in exprs.items()}
+            if self.avro is not None:
+                built["value"] = self.avro.column(exprs["value"], types["value"])
             headers = F.array(
                 *[
                     F.struct(F.lit(name).alias("key"), built[f"h{i}"].alias("value"))

@@ -8,6 +8,19 @@ from typing import Literal
 
 
 @dataclass(frozen=True)
+class AvroOutput:
+    """Values in Avro, in Confluent's wire format: the value's schema (from its Spark type)
+    registered, or found, in a schema registry under the subject `<topic>-value` (or by the
+    record's name), each value framed with its id."""
+
+    connection: str  # a schema-registry connection
+    strategy: Literal["topic", "record", "topic-record"] = "topic"
+    # The record's full name (namespace.Name): the schema's name, and the record strategies'
+    # subject; None: `topLevelRecord`, as Spark names it.
+    record: str | None = None
+
+
+@dataclass(frozen=True)
 class KafkaSink:
     """Each Spark task writes its records in one Kafka transaction with its commit marker
     (jobs.sinks.kafka.client): exactly once for `read_committed` consumers."""
@@ -19,7 +32,9 @@ class KafkaSink:
     key: str | None = None
     value: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
-    format: Literal["json"] = "json"
+    # json: a struct value as JSON; avro: the value in Avro through `schema_registry`.
+    format: Literal["json", "avro"] = "json"
+    schema_registry: AvroOutput | None = None
     # Records that do not parse, as they arrived (the canonical form names the default,
     # "<topic>.dead-letters"); the topic must exist, like `topic`.
     dead_letter_topic: str | None = None
@@ -30,4 +45,6 @@ class KafkaSink:
 
     def connection_names(self) -> tuple[str, ...]:
         """The connections it writes through."""
+        if self.schema_registry is not None:
+            return (self.connection, self.schema_registry.connection)
         return (self.connection,)

@@ -11,7 +11,7 @@ from ...spec import fields
 from ...spec.fields import FieldError, Section, check_connection, names, output_columns_of
 from ...spec.sql import SQLError, check_expression, expression_columns
 from ..kind import DeadLetters, FormField
-from .model import KafkaSink
+from .model import AvroOutput, KafkaSink
 
 if TYPE_CHECKING:
     from ...spec.model import KafkaSource, Transform
@@ -43,7 +43,8 @@ def parse(
         for name, value in (("topic", topic), ("dead_letter_topic", dead_letter_topic)):
             if value in source.topics:
                 s.error(name, f"{value!r} is a source topic: the pipeline would read its output")
-    fmt = s.string("format", "json", choices=("json",))
+    fmt = s.string("format", "json", choices=FORMATS)
+    registry = _parse_registry(s, fmt, connections)
     # Over the output columns, where they are known without Spark (else Spark tells).
     output = output_columns_of(source, transform)
     columns = sorted(output) if output is not None else None
@@ -81,9 +82,42 @@ def parse(
         value=value,
         headers={str(k): v.strip() for k, v in headers.items()},
         format=fmt,
+        schema_registry=registry,
         dead_letter_topic=dead_letter_topic,
         transaction_timeout_seconds=timeout,
     )
+
+
+FORMATS = ("json", "avro")
+_AVRO_FULL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def _parse_registry(
+    s: Section, fmt: str | None, connections: Mapping[str, str] | None
+) -> AvroOutput | None:
+    """sink.schema_registry: where an Avro sink's value schema is registered."""
+    from ...registry.subjects import NEEDS_RECORD, STRATEGIES
+
+    data = s.get("schema_registry", None)
+    if fmt != "avro":
+        if data is not None:
+            s.error("schema_registry", "applies to format avro only")
+        return None
+    if data is None:
+        s.error("schema_registry", "is required with format avro (the registry of its schema)")
+        return None
+    r = Section(s.errors, s.at("schema_registry"), data, names(AvroOutput))
+    connection = r.string("connection")
+    check_connection(r, connection, "schema-registry", connections)
+    strategy = r.string("strategy", "topic", choices=STRATEGIES)
+    record = r.string("record", None)
+    if record is not None and not _AVRO_FULL_NAME.fullmatch(record):
+        r.error("record", f"{record!r} is not an Avro full name (namespace.Name)")
+    if strategy in NEEDS_RECORD and record is None:
+        r.error("record", f"is required with strategy {strategy} (the record's full name)")
+    if not r.ok:
+        return None
+    return AvroOutput(connection=connection, strategy=strategy, record=record)
 
 
 def check_update(errors: list[FieldError], sink: KafkaSink, path: str, shape) -> None:
@@ -138,6 +172,21 @@ FORM = (
         " empty: every output column as a JSON object",
     ),
     FormField(
+        "record_format",
+        "format",
+        "Value format",
+        "select",
+        "json: the value as JSON; avro: in Avro, Confluent's wire format, its schema registered"
+        " in the registry below",
+        choices=("json", "avro"),
+    ),
+    FormField(
+        "record_registry",
+        "schema_registry.connection",
+        "Schema registry (avro)",
+        help="a schema-registry connection; the value's schema goes under <topic>-value",
+    ),
+    FormField(
         "record_headers",
         "headers",
         "Headers (optional)",
@@ -185,4 +234,7 @@ def schema() -> dict[str, Any]:
             "minimum": 10,
             "maximum": MAX_TRANSACTION_TIMEOUT_SECONDS,
         },
+        "format": {"enum": list(FORMATS)},
+        (AvroOutput, "connection"): connection("schema-registry"),
+        (AvroOutput, "record"): {"type": ["string", "null"], "pattern": _AVRO_FULL_NAME.pattern},
     }

@@ -34,7 +34,7 @@ class Writer:
         self.config = config
         self.sink: KafkaSink = self.batch.sink
         self.store: kafka.KafkaWriter | None = None  # the transactional writer, once opened
-        self.records = kafka.RecordColumns(self.sink)
+        self.records: kafka.RecordColumns | None = None
         self.stream = ""
         self.plan: Plan | None = None
         # The first batch of a run may be a replay: its parts are checked against the other
@@ -48,6 +48,11 @@ class Writer:
         sink, client = self.sink, self.batch.client()
         kafka.check_topics(client, [sink.topic, sink.dead_letter_topic])
         self.stream = self.batch.stream_id()
+        avro = None
+        if sink.format == "avro":
+            registry = self.config.sink_config(self.batch.index).get("schema-registry")
+            avro = kafka.AvroValues(spark, sink, registry)
+        self.records = kafka.RecordColumns(sink, avro)
         self.first_batch = {
             "check_scheme": True,
             "source_parts": [f"{t}-{p}" for t, p in source_partitions(self.config)],

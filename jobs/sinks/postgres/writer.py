@@ -304,5 +304,8 @@ def _split_dead_letters(batch, columns, parse_error):
         [f"_cp_{c}" for c in DEAD_LETTER_FIELDS]
     )
     letters = letters.rename_columns(list(DEAD_LETTER_FIELDS))
-    error = pc.if_else(pc.is_null(letters.column("value")), EMPTY_VALUE, parse_error)
-    return good, letters.append_column("error", error)
+    error = pc.coalesce(
+        letters.column("reason"),
+        pc.if_else(pc.is_null(letters.column("value")), EMPTY_VALUE, parse_error),
+    )
+    return good, letters.drop_columns(["reason"]).append_column("error", error)

@@ -321,7 +321,9 @@ public final class KafkaTxWriter
     int stamp = deadOrdinals[3], v = deadOrdinals[4];
     byte[] value = row.isNullAt(v) ? null : row.getBinary(v);
     List<Header> headers = new ArrayList<>();
-    headers.add(header("cp-error", value == null ? emptyValueError : parseError));
+    String reason = PgCopyWriter.reason(row, deadOrdinals);
+    headers.add(header("cp-error",
+        reason != null ? reason : value == null ? emptyValueError : parseError));
     if (!row.isNullAt(t)) {
       headers.add(header("cp-source-topic", row.getUTF8String(t).toString()));
     }

@@ -441,7 +441,8 @@ public final class PgCopyWriter
           st.setInt(4, (Integer) letter[1]);
           st.setLong(5, (Long) letter[2]);
           st.setBytes(6, (byte[]) letter[4]);
-          st.setString(7, letter[4] == null ? emptyValueError : parseError);
+          st.setString(7, letter[5] != null ? (String) letter[5]
+              : letter[4] == null ? emptyValueError : parseError);
           if (letter[3] == null) {
             st.setNull(8, Types.TIMESTAMP_WITH_TIMEZONE);
           } else {
@@ -477,7 +478,16 @@ public final class PgCopyWriter
           : OffsetDateTime.ofInstant(
               Instant.EPOCH.plus(row.getLong(stamp), ChronoUnit.MICROS), ZoneOffset.UTC),
       row.isNullAt(value) ? null : row.getBinary(value),
+      reason(row, deadOrdinals),
     };
+  }
+
+  /** Why a record did not parse, where its parser said (the 6th dead-letter column), else null. */
+  static String reason(InternalRow row, int[] deadOrdinals) {
+    if (deadOrdinals.length < 6 || row.isNullAt(deadOrdinals[5])) {
+      return null;
+    }
+    return row.getUTF8String(deadOrdinals[5]).toString();
   }
 
   /** One row in binary COPY form: a field count, then per field a length and its bytes. */
