@@ -10,7 +10,6 @@ import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
-import java.util.Arrays;
 import java.util.Base64;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
@@ -18,13 +17,18 @@ import java.util.Map;
 import org.apache.avro.Schema;
 import org.apache.avro.SchemaCompatibility;
 import org.apache.spark.sql.Column;
-import org.apache.spark.sql.avro.AvroDataToCatalyst;
+import org.apache.avro.generic.GenericDatumReader;
+import org.apache.avro.io.BinaryDecoder;
+import org.apache.avro.io.DecoderFactory;
+import org.apache.spark.sql.avro.AvroDeserializer;
+import org.apache.spark.sql.avro.AvroOptions;
 import org.apache.spark.sql.avro.SchemaConverters;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.expressions.codegen.CodegenContext;
-import org.apache.spark.sql.catalyst.expressions.codegen.CodegenFallback;
+import org.apache.spark.sql.catalyst.expressions.codegen.CodeBlock;
+import org.apache.spark.sql.catalyst.expressions.codegen.JavaCode;
 import org.apache.spark.sql.catalyst.expressions.codegen.ExprCode;
 import org.apache.spark.sql.classic.ExpressionUtils;
 import org.apache.spark.sql.types.DataType;
@@ -42,8 +46,8 @@ import org.apache.spark.unsafe.types.UTF8String;
  * <p>Each record's writer schema is looked up by its id in the schema registry (Confluent's
  * REST API: {@code GET /schemas/ids/{id}}), once per executor JVM (a bounded cache shared by
  * every task), and the body resolved to the reader schema by Avro's resolution rules (fields
- * added with defaults, removed, promoted), by Spark's own {@code from_avro} (one {@link
- * AvroDataToCatalyst} per writer schema, the reader schema as its {@code avroSchema}). A value
+ * added with defaults, removed, promoted) by Avro's resolving reader, then turned into the
+ * reader's row by Spark's own AvroDeserializer, as {@code from_avro} does. A value
  * that is not in the wire format, whose id the registry does not know, whose writer schema
  * cannot be read as the reader schema, or whose body does not decode gives {record null,
  * error: the reason in words}: a dead letter, never a failed batch. A registry that does not
@@ -56,7 +60,7 @@ import org.apache.spark.unsafe.types.UTF8String;
  * cert_file, key_file, timeout_seconds}, {@code reader_schema}, {@code retry_seconds}, {@code
  * max_cached}) never shows in the plan's text (only the value's column does).
  */
-public final class ConfluentAvro extends Expression implements CodegenFallback, Serializable {
+public final class ConfluentAvro extends Expression implements Serializable {
   private static final long serialVersionUID = 1L;
   static final int HEADER_BYTES = 5;
   static final long FIRST_DELAY_MS = 200;
@@ -202,9 +206,31 @@ public final class ConfluentAvro extends Expression implements CodegenFallback, 
         record, id, error == null ? null : UTF8String.fromString(error)});
   }
 
+  /**
+   * Generated code, as from_avro's: the value's bytes from the child's own generated code,
+   * then {@link #decodeBytes} through a reference to this expression. (CodegenFallback would
+   * make whole-stage code materialize every input row to call eval on it.)
+   */
   @Override
   public ExprCode doGenCode(CodegenContext ctx, ExprCode ev) {
-    return CodegenFallback.super.doGenCode(ctx, ev);
+    ExprCode input = child.genCode(ctx);
+    String self = ctx.addReferenceObj("confluentAvro", this, ConfluentAvro.class.getName());
+    String code = input.code().toString() + "\n"
+        + "boolean " + ev.isNull() + " = " + input.isNull() + ";\n"
+        + "InternalRow " + ev.value() + " = null;\n"
+        + "if (!" + ev.isNull() + ") {\n"
+        + "  " + ev.value() + " = (InternalRow) " + self + ".decodeBytes(" + input.value()
+        + ");\n"
+        + "}\n";
+    CodeBlock block = new CodeBlock(
+        scala.jdk.javaapi.CollectionConverters.asScala(java.util.List.of(code)).toList(),
+        scala.collection.immutable.List$.MODULE$.<JavaCode>empty());
+    return ev.copy(block, ev.isNull(), ev.value());
+  }
+
+  /** What the generated code calls for a value that is not null. */
+  public Object decodeBytes(byte[] value) {
+    return nullSafeEval(value);
   }
 
   @Override
@@ -243,18 +269,29 @@ public final class ConfluentAvro extends Expression implements CodegenFallback, 
 
   // ------------------------------------------------------------ decoding
 
-  /** One writer schema's decoder, or why records of its id are dead letters. */
+  /**
+   * One writer schema's decoder (Avro's resolving reader from the writer to the reader schema,
+   * then Spark's own AvroDeserializer into the reader's row, as from_avro does, reading the
+   * body in place after the header), or why records of its id are dead letters.
+   */
   static final class Decoder {
-    final AvroDataToCatalyst avro;
+    final GenericDatumReader<Object> reader;
+    final AvroDeserializer deserializer;
     final String problem;
+    private BinaryDecoder binary;
+    private Object reused;
 
-    Decoder(AvroDataToCatalyst avro, String problem) {
-      this.avro = avro;
+    Decoder(GenericDatumReader<Object> reader, AvroDeserializer deserializer, String problem) {
+      this.reader = reader;
+      this.deserializer = deserializer;
       this.problem = problem;
     }
 
-    Object decode(byte[] value) {
-      return avro.nullSafeEval(Arrays.copyOfRange(value, HEADER_BYTES, value.length));
+    Object decode(byte[] value) throws IOException {
+      binary = DecoderFactory.get().binaryDecoder(
+          value, HEADER_BYTES, value.length - HEADER_BYTES, binary);
+      reused = reader.read(reused, binary);
+      return deserializer.deserialize(reused).get();
     }
   }
 
@@ -274,20 +311,19 @@ public final class ConfluentAvro extends Expression implements CodegenFallback, 
     Config c = config();
     Schema writer = Schemas.get(c, id);
     if (writer == null) {
-      return new Decoder(null, "schema id " + id + " is not in the schema registry");
+      return new Decoder(null, null, "schema id " + id + " is not in the schema registry");
     }
-    SchemaCompatibility.SchemaPairCompatibility compatibility =
-        SchemaCompatibility.checkReaderWriterCompatibility(c.reader, writer);
-    if (compatibility.getType() != SchemaCompatibility.SchemaCompatibilityType.COMPATIBLE) {
-      return new Decoder(null, "written with schema id " + id + ", which cannot be read as the"
-          + " reader schema: " + describe(compatibility));
+    String incompatible = Schemas.incompatibility(c, id, writer);
+    if (incompatible != null) {
+      return new Decoder(null, null, "written with schema id " + id + ", which cannot be read"
+          + " as the reader schema: " + incompatible);
     }
-    Map<String, String> options = new LinkedHashMap<>();
-    options.put("avroSchema", c.readerJson);
-    options.put("mode", "FAILFAST");
-    AvroDataToCatalyst avro = new AvroDataToCatalyst(child, writer.toString(),
-        scala.collection.immutable.Map.from(scala.jdk.javaapi.CollectionConverters.asScala(options)));
-    return new Decoder(avro, null);
+    // from_avro's own options (its defaults and the session's settings, as it reads them).
+    AvroOptions options = AvroOptions.apply(scala.collection.immutable.Map$.MODULE$.empty());
+    AvroDeserializer deserializer = new AvroDeserializer(c.reader, recordType(),
+        options.datetimeRebaseModeInRead(), options.useStableIdForUnionType(),
+        options.stableIdPrefixForUnionType(), options.recursiveFieldMaxDepth());
+    return new Decoder(new GenericDatumReader<>(writer, c.reader), deserializer, null);
   }
 
   static String describe(SchemaCompatibility.SchemaPairCompatibility compatibility) {
@@ -420,9 +456,38 @@ public final class ConfluentAvro extends Expression implements CodegenFallback, 
       return schema;
     }
 
+    // Per reader schema and writer id, why the reader cannot read the writer ("" if it can):
+    // asked once per JVM, not once per task.
+    private static final Map<String, String> VERDICTS = new LinkedHashMap<>(64, 0.75f, true);
+
+    static String incompatibility(Config c, int id, Schema writer) {
+      String key = c.key() + "#" + id + "#" + c.readerJson.hashCode() + "#" + c.readerJson;
+      synchronized (VERDICTS) {
+        String found = VERDICTS.get(key);
+        if (found != null) {
+          return found.isEmpty() ? null : found;
+        }
+      }
+      SchemaCompatibility.SchemaPairCompatibility compatibility =
+          SchemaCompatibility.checkReaderWriterCompatibility(c.reader, writer);
+      String verdict =
+          compatibility.getType() == SchemaCompatibility.SchemaCompatibilityType.COMPATIBLE
+              ? "" : describe(compatibility);
+      synchronized (VERDICTS) {
+        VERDICTS.put(key, verdict);
+        while (VERDICTS.size() > Math.max(1, c.maxCached)) {
+          VERDICTS.remove(VERDICTS.keySet().iterator().next());
+        }
+      }
+      return verdict.isEmpty() ? null : verdict;
+    }
+
     static void forget() {
       synchronized (CACHE) {
         CACHE.clear();
+      }
+      synchronized (VERDICTS) {
+        VERDICTS.clear();
       }
     }
 
