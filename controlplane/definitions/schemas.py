@@ -78,7 +78,8 @@ def resolve(spec_data: Any) -> Any:
             found_problems = compatibility.problems(
                 json.loads(found.schema), json.loads(writer.schema)
             )
-        except (ValueError, RecursionError):
+        except (ValueError, RecursionError, AttributeError, TypeError, KeyError):
+            # Not Avro as a registry holds it (or nested too deep to compare).
             found_problems = [
                 "the registry's schema cannot be compared (not Avro JSON, or too deep)"
             ]
