@@ -191,7 +191,11 @@ def batch_position(root: str | os.PathLike, batch_id: int, store: Storage | None
     watermark-only batch, still comes after the one before). Raises FileNotFoundError if the
     batch is not in the offset log, ValueError if its entry does not parse."""
     root = os.fspath(root)
-    offsets = _end_offsets(store or storage_for(root), root, batch_id)
+    return _position(_end_offsets(store or storage_for(root), root, batch_id), batch_id)
+
+
+def _position(offsets: dict, batch_id: int) -> int:
+    """batch_position of an offset log entry already read."""
     total = 0
     for topic, partitions in offsets.items():
         if topic.startswith("$") or not isinstance(partitions, dict):
@@ -223,8 +227,9 @@ def record_stamps(
         if batch_id == 0:
             start, previous = source_start_offsets(root, store), None
         else:
-            start = flatten(_end_offsets(store, root, batch_id - 1))
-            previous = batch_position(root, batch_id - 1, store)
+            before = _end_offsets(store, root, batch_id - 1)
+            start, previous = flatten(before), _position(before, batch_id - 1)
+        position = _position(ends, batch_id)
     except (FileNotFoundError, ValueError, AttributeError):
         return None
     plan = ends.get(PLAN)
@@ -233,7 +238,7 @@ def record_stamps(
     end = flatten(ends)
     if not end:
         return None
-    return _record_stamps(start, end, batch_position(root, batch_id, store), previous)
+    return _record_stamps(start, end, position, previous)
 
 
 def _batch(
