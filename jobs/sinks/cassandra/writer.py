@@ -80,10 +80,6 @@ class Writer:
     def __call__(self, parsed, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
-        name, out = self.batch.observed_output(parsed, batch_id)
-        if self.plan is None:
-            self._start(out)
-        started = time.monotonic()
         stamps = None
         if self._own_stamps:
             stamps = record_stamps(self.config.checkpoint, batch_id, self.config.store)
@@ -91,9 +87,16 @@ class Writer:
             # Each row its record's own stamp: rows go as they come, no shuffle, nothing held
             # back (the highest stamp of a key wins in Cassandra, whatever order they land in).
             name, frame = self._stamped(parsed, batch_id, stamps)
+            if self.plan is None:
+                self._start(frame.drop(STAMP))
+            started = time.monotonic()
             how = f"stamps {min(stamps.values())}+offset"
             config = self.store.config(frame.columns, order=None, stamp=None, stamps=STAMP)
         else:
+            name, out = self.batch.observed_output(parsed, batch_id)
+            if self.plan is None:
+                self._start(out)
+            started = time.monotonic()
             # The order is taken before the shuffle, from the batch's fixed input partitions,
             # so a replay keeps the same last row per key.
             frame = out.withColumn(ORDER, F.monotonically_increasing_id()).repartition(
