@@ -140,38 +140,23 @@ def parsed_frame(raw, spec: PipelineSpec, registry: dict | None = None):
 
     from .spec.ddl import parse_schema, to_ddl
 
-    no_reason = F.lit(None).cast("string").alias(REASON)
+    metadata = ("topic", "partition", "offset", "timestamp", "value")
+    if spec.source.schema_registry is not None:
+        # The decoder's reason for a value that did not decode (a null value has its own).
+        record = registry_record(raw.sparkSession, spec.source, registry)
+        reason = F.when(F.col("value").isNotNull(), F.col(f"{PARSED}.{CORRUPT}"))
+        return raw.select(*metadata, record).withColumn(REASON, reason)
     if spec.source.format == "avro":
-        if spec.source.schema_registry is not None:
-            record = registry_record(raw.sparkSession, spec.source, registry)
-            reason = F.when(F.col("value").isNotNull(), F.col(f"{PARSED}.{CORRUPT}"))
-            return raw.select(
-                "topic", "partition", "offset", "timestamp", "value", record
-            ).withColumn(REASON, reason)
-        return raw.select(
-            "topic",
-            "partition",
-            "offset",
-            "timestamp",
-            "value",
-            no_reason,
-            avro_record(spec.source),
-        )
-    # to_ddl: the canonical form, which from_json's strict JVM parser accepts.
-    schema = f"{to_ddl(parse_schema(spec.source.schema))}, `{CORRUPT}` STRING"
-    return raw.select(
-        "topic",
-        "partition",
-        "offset",
-        "timestamp",
-        "value",
-        no_reason,
-        F.from_json(
+        record = avro_record(spec.source)
+    else:
+        # to_ddl: the canonical form, which from_json's strict JVM parser accepts.
+        schema = f"{to_ddl(parse_schema(spec.source.schema))}, `{CORRUPT}` STRING"
+        record = F.from_json(
             F.col("value").cast("string"),
             schema,
             {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT},
-        ).alias(PARSED),
-    )
+        ).alias(PARSED)
+    return raw.select(*metadata, F.lit(None).cast("string").alias(REASON), record)
 
 
 def avro_record(source):
