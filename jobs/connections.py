@@ -104,13 +104,7 @@ def _kafka(errors: list[FieldError], data: Any, secrets: Any, policy: Connection
     mechanism = s.string("sasl_mechanism", None, choices=SASL_MECHANISMS)
     username = s.string("sasl_username", None)
     clean: dict[str, Any] = {"bootstrap_servers": servers, "security_protocol": protocol}
-    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
-        value = s.string(name, None)
-        if value is not None:
-            try:
-                clean[name] = cert_path(value, policy, name)
-            except ValueError as exc:
-                s.error(name, str(exc).removeprefix(f"{name}: "))
+    tls_files(s, clean, policy)
     client_id = s.string("client_id", None)
     if client_id is not None and not _CLIENT_ID_RE.fullmatch(client_id):
         s.error("client_id", f"must be 1-249 letters, digits, '.', '_' or '-'; got {client_id!r}")
@@ -390,6 +384,25 @@ def _split_root(root: str) -> tuple[str, str, str]:
                 f"directory {segment!r} is not allowed: use letters, digits and . _ - ~ @ + = ,"
             )
     return scheme, netloc, "".join(f"/{x}" for x in segments)
+
+
+TLS_FILES = ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
+
+
+def tls_files(
+    s: Section, clean: dict[str, Any], policy: ConnectionPolicy, refused: str | None = None
+) -> None:
+    """The TLS files a connection names (a CA, a client certificate and its key), each in the
+    certificate directory, into `clean`; `refused`: why none may be named here, if so."""
+    for name in TLS_FILES:
+        value = s.string(name, None)
+        if value is not None and refused:
+            s.error(name, refused)
+        elif value is not None:
+            try:
+                clean[name] = cert_path(value, policy, name)
+            except ValueError as exc:
+                s.error(name, str(exc).removeprefix(f"{name}: "))
 
 
 def cert_path(value: str, policy: ConnectionPolicy, field_name: str) -> str:

@@ -78,7 +78,7 @@ def url_problem(url: str) -> str | None:
 def validate(
     errors: list[FieldError], data: Any, secrets: Any, policy: ConnectionPolicy
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    from ..connections import cert_path, secrets_section
+    from ..connections import secrets_section, tls_files
     from ..spec.fields import Section
 
     s = Section(errors, "settings", data, set(SETTINGS))
@@ -98,15 +98,8 @@ def validate(
         clean["username"] = username
     elif auth == "basic":
         s.error("username", "is required with auth: basic")
-    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
-        value = s.string(name, None)
-        if value is not None and not (url or "").startswith("https://"):
-            s.error(name, "applies to an https:// URL only")
-        elif value is not None:
-            try:
-                clean[name] = cert_path(value, policy, name)
-            except ValueError as exc:
-                s.error(name, str(exc).removeprefix(f"{name}: "))
+    https = (url or "").startswith("https://")
+    tls_files(s, clean, policy, None if https else "applies to an https:// URL only")
     if ("ssl_certfile" in clean) != ("ssl_keyfile" in clean):
         s.error("ssl_keyfile", "ssl_certfile and ssl_keyfile go together (a client certificate)")
     timeout = s.number("timeout_seconds", None, minimum=0.5, maximum=120)

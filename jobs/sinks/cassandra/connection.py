@@ -68,7 +68,7 @@ def keyspace_problem(name: str) -> str | None:
 def validate(
     errors: list[FieldError], data: Any, secrets: Any, policy: ConnectionPolicy
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    from ...connections import cert_path, secrets_section
+    from ...connections import secrets_section, tls_files
     from ...spec.fields import Section
 
     s = Section(errors, "settings", data, set(SETTINGS))
@@ -106,15 +106,7 @@ def validate(
         clean["username"] = username
     tls = s.boolean("tls", False)
     clean["tls"] = bool(tls)
-    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
-        value = s.string(name, None)
-        if value is not None and not tls:
-            s.error(name, "applies with tls: true only")
-        elif value is not None:
-            try:
-                clean[name] = cert_path(value, policy, name)
-            except ValueError as exc:
-                s.error(name, str(exc).removeprefix(f"{name}: "))
+    tls_files(s, clean, policy, None if tls else "applies with tls: true only")
     if (
         tls
         and "ssl_cafile" not in clean
