@@ -185,6 +185,29 @@ def check_connection(
         )
 
 
+# An Avro full name: dotted names of letters, digits and underscores, none starting with a digit.
+AVRO_FULL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def registry_subject(
+    r: Section, connections: Mapping[str, str] | None
+) -> tuple[str | None, str | None, str | None]:
+    """A `schema_registry` section's connection (a schema-registry one), subject naming
+    strategy and record full name (which the record strategies need): (connection, strategy,
+    record), each problem recorded at its field."""
+    from ..registry.subjects import NEEDS_RECORD, STRATEGIES
+
+    connection = r.string("connection")
+    check_connection(r, connection, "schema-registry", connections)
+    strategy = r.string("strategy", "topic", choices=STRATEGIES)
+    record = r.string("record", None)
+    if record is not None and not AVRO_FULL_NAME.fullmatch(record):
+        r.error("record", f"{record!r} is not an Avro full name (namespace.Name)")
+    if strategy in NEEDS_RECORD and record is None:
+        r.error("record", f"is required with strategy {strategy} (the record's full name)")
+    return connection, strategy, record
+
+
 def is_topic_name(name: str) -> bool:
     """Kafka's own rule for topic names."""
     return bool(TOPIC_RE.fullmatch(name)) and name not in {".", ".."}

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from ..sinks import registry
 from . import model
 from .avro import FRAMINGS
-from .fields import MAX_DELAY_SECONDS, TOPIC_RE
+from .fields import AVRO_FULL_NAME, MAX_DELAY_SECONDS, TOPIC_RE
 from .fragments import (
     KAFKA_INTERNAL,
     SOURCE_COLUMN,
@@ -125,7 +125,7 @@ _FIELDS: dict[tuple[type, str], dict[str, Any]] = {
     (model.SchemaRegistry, "connection"): connection("schema-registry"),
     (model.SchemaRegistry, "record"): {
         "type": ["string", "null"],
-        "pattern": "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$",
+        "pattern": AVRO_FULL_NAME.pattern,
     },
     (model.SchemaRegistry, "version"): {
         "anyOf": [{"type": "integer", "minimum": 1, "maximum": 2**31 - 1}, {"const": "latest"}],

@@ -21,6 +21,7 @@ from .fields import (
     Section,
     SpecError,
     is_topic_name,
+    registry_subject,
 )
 from .fields import check_connection as _check_connection
 from .fields import names as _names
@@ -372,8 +373,6 @@ def _parse_source(
     )
 
 
-# An Avro full name: dotted names of letters, digits and underscores, none starting with a digit.
-_AVRO_FULL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 MAX_SUBJECT = 255
 
 
@@ -381,8 +380,6 @@ def _parse_registry(
     s: Section, framing: str | None, topics: Sequence[str], connections: Mapping[str, str] | None
 ) -> SchemaRegistry | None:
     """source.schema_registry: where the values' schemas are (Confluent-framed Avro)."""
-    from ..registry.subjects import NEEDS_RECORD, STRATEGIES
-
     data = s.get("schema_registry", None)
     if data is None:
         return None
@@ -390,14 +387,7 @@ def _parse_registry(
         s.error("schema_registry", "needs avro_framing: confluent (a schema id in every value)")
         return None
     r = Section(s.errors, s.at("schema_registry"), data, _names(SchemaRegistry))
-    connection = r.string("connection")
-    _check_connection(r, connection, "schema-registry", connections)
-    strategy = r.string("strategy", "topic", choices=STRATEGIES)
-    record = r.string("record", None)
-    if record is not None and not _AVRO_FULL_NAME.fullmatch(record):
-        r.error("record", f"{record!r} is not an Avro full name (namespace.Name)")
-    if strategy in NEEDS_RECORD and record is None:
-        r.error("record", f"is required with strategy {strategy} (the record's full name)")
+    connection, strategy, record = registry_subject(r, connections)
     version = r.get("version", "latest")
     if version != "latest" and (
         isinstance(version, bool) or not isinstance(version, int) or not 1 <= version < 2**31

@@ -89,15 +89,12 @@ def parse(
 
 
 FORMATS = ("json", "avro")
-_AVRO_FULL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 def _parse_registry(
     s: Section, fmt: str | None, connections: Mapping[str, str] | None
 ) -> AvroOutput | None:
     """sink.schema_registry: where an Avro sink's value schema is registered."""
-    from ...registry.subjects import NEEDS_RECORD, STRATEGIES
-
     data = s.get("schema_registry", None)
     if fmt != "avro":
         if data is not None:
@@ -107,14 +104,7 @@ def _parse_registry(
         s.error("schema_registry", "is required with format avro (the registry of its schema)")
         return None
     r = Section(s.errors, s.at("schema_registry"), data, names(AvroOutput))
-    connection = r.string("connection")
-    check_connection(r, connection, "schema-registry", connections)
-    strategy = r.string("strategy", "topic", choices=STRATEGIES)
-    record = r.string("record", None)
-    if record is not None and not _AVRO_FULL_NAME.fullmatch(record):
-        r.error("record", f"{record!r} is not an Avro full name (namespace.Name)")
-    if strategy in NEEDS_RECORD and record is None:
-        r.error("record", f"is required with strategy {strategy} (the record's full name)")
+    connection, strategy, record = fields.registry_subject(r, connections)
     if not r.ok:
         return None
     return AvroOutput(connection=connection, strategy=strategy, record=record)
@@ -211,7 +201,7 @@ FORM = (
 
 
 def schema() -> dict[str, Any]:
-    from ...spec.fields import TOPIC_RE
+    from ...spec.fields import AVRO_FULL_NAME, TOPIC_RE
     from ...spec.fragments import EXPRESSION, KAFKA_INTERNAL, TOPIC, connection
 
     return {
@@ -236,5 +226,5 @@ def schema() -> dict[str, Any]:
         },
         "format": {"enum": list(FORMATS)},
         (AvroOutput, "connection"): connection("schema-registry"),
-        (AvroOutput, "record"): {"type": ["string", "null"], "pattern": _AVRO_FULL_NAME.pattern},
+        (AvroOutput, "record"): {"type": ["string", "null"], "pattern": AVRO_FULL_NAME.pattern},
     }
