@@ -25,6 +25,14 @@ from tests.stores import required_env as _required_env
 
 
 @pytest.fixture(scope="session")
+def registry_url() -> str:
+    """The schema registry under test (tests.stores.registry_url)."""
+    from tests.stores import registry_url as url
+
+    return url()
+
+
+@pytest.fixture(scope="session")
 def kafka_bootstrap() -> str:
     """host:port of the Kafka broker under test (Apache Kafka in development). The topics
     the session created are deleted at its end."""

@@ -22,7 +22,7 @@ from controlplane.definitions.models import (
     Run,
 )
 from controlplane.observability import assess as assessing
-from controlplane.observability import health
+from controlplane.observability import health, writer_schemas
 
 from . import rules, state
 from .models import Alert, AlertChannel, AlertDelivery, AlertRule, AlertState, DeliveryStatus
@@ -268,6 +268,14 @@ def _pipeline_facts(
         list(Pipeline.objects.only("id", "status", "desired_state", "attempt", "restarts_since")),
         now,
     )
+    writer_windows = [
+        timedelta(minutes=minutes)
+        for r in enabled
+        if (over := rules.KINDS[r.kind].writers_over)
+        and isinstance(minutes := r.params.get(over), int | float)
+        and not isinstance(minutes, bool)
+    ]
+    appeared = writer_schemas.appeared(now - max(writer_windows)) if writer_windows else {}
     out = {}
     for pipeline_id, name, status, desired, labels, rolled_at, note in Pipeline.objects.values_list(
         "id",
@@ -301,6 +309,7 @@ def _pipeline_facts(
                 health_why=judged.health.why if judged else "",
                 health_red=bool(judged and judged.health.colour == health.RED),
                 cause=judged.cause.line if judged and judged.cause else "",
+                writer_appeared=appeared.get(pipeline_id, ()),
             ),
             labels or {},
         )

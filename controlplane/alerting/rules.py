@@ -26,6 +26,7 @@ class RuleKind:
     about_pipelines: bool = True  # False: about the control plane itself
     failures_over: str = ""  # the parameter: minutes of failure history it reads
     state_over: str = ""  # the parameter: hours of state history it reads
+    writers_over: str = ""  # the parameter: minutes of new writer schemas it reads
 
 
 KINDS: dict[str, RuleKind] = {
@@ -59,6 +60,13 @@ KINDS: dict[str, RuleKind] = {
         positive=("hours",),
         state_over="hours",
     ),
+    "writer-schema": RuleKind(
+        ("minutes",),
+        "a new writer schema appeared in a schema-registry source's topics within the last"
+        " N minutes",
+        positive=("minutes",),
+        writers_over="minutes",
+    ),
     "control-plane": RuleKind(
         ("minutes",),
         "the control plane's reconcile tick or metrics collector has not run for N minutes",
@@ -91,6 +99,8 @@ class Facts:
     health_why: str = ""
     health_red: bool = False
     cause: str = ""  # its last failure's cause, in one line (since its last start by hand)
+    # New writer schemas in its topics, newest first: (when it appeared, what it is, in words).
+    writer_appeared: tuple[tuple[datetime, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -230,6 +240,14 @@ def _state_growth(params: dict, facts: Facts, now: datetime) -> str | None:
     return f"state grows without bound over the last {params['hours']:g} h: {which}"
 
 
+def _writer_schema(params: dict, facts: Facts, now: datetime) -> str | None:
+    window = timedelta(minutes=params["minutes"])
+    recent = [what for at, what in facts.writer_appeared if now - at <= window]
+    if not recent:
+        return None
+    return "a new writer schema appeared in its topics: " + "; ".join(recent)
+
+
 # What each pipeline rule kind checks: kind -> (params, facts, now) -> its message, or None.
 _HOLDS = {
     "gave-up": _gave_up,
@@ -243,6 +261,7 @@ _HOLDS = {
     "data-loss": _data_loss,
     "rolled-back": _rolled_back,
     "state-growth": _state_growth,
+    "writer-schema": _writer_schema,
 }
 
 

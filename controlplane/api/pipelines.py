@@ -20,7 +20,7 @@ from controlplane.accounts.roles import OPERATOR
 from controlplane.alerting import state as state_facts
 from controlplane.definitions import preflight, services
 from controlplane.definitions.models import DEDICATED, AuditEntry, Pipeline, RestorePoint
-from controlplane.observability import dead_letters, metrics, state
+from controlplane.observability import dead_letters, metrics, state, writer_schemas
 from controlplane.observability.assess import assess, assess_one
 from controlplane.supervision import controls, offsets, restore_points, tasks
 from jobs.spec import SpecError
@@ -672,6 +672,25 @@ class PipelineViewSet(viewsets.ModelViewSet):
                 "operators": [operators[i] for i in sorted(operators)],
             }
         )
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["get"], url_path="writer-schemas")
+    def writer_schemas(self, request, name: str | None = None) -> Response:
+        """A schema-registry source's subject, the reader's version (resolved when the spec
+        was saved), and each writer schema seen in its topics, most recently seen first: its
+        id, subject and version, how it compares to the reader, when it was first and last
+        seen (`appeared_at`: when it turned up while the topics were already watched),
+        and how many sampled records carried it. The metrics collector samples the newest
+        records of each partition every `sample_seconds`. 404 for a pipeline whose source
+        reads no schema registry."""
+        pipeline = self.get_object()
+        found = writer_schemas.page(pipeline, timezone.now())
+        if found is None:
+            return Response(
+                {"detail": f"pipeline {pipeline.name!r} reads no schema registry"},
+                status=status.HTTP_404_NOT_FOUND,
+            )
+        return Response(found)
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"])

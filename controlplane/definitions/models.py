@@ -534,9 +534,50 @@ class PipelineFigures(models.Model):
     # Records that did not parse, in the sink database's dead-letter table now (None: not
     # counted: its database did not answer, or it was never counted).
     dead_letters = models.BigIntegerField(null=True, blank=True)
+    # A schema-registry source's writer-schema sampling (controlplane.observability.
+    # writer_schemas): when it last sampled, and up to which offset ({topic: {partition:
+    # offset}}); None: never sampled.
+    writers_sampled_at = models.DateTimeField(null=True, blank=True)
+    writers_sampled_to = models.JSONField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.pipeline.name} figures at {self.collected_at:%H:%M:%S}"
+
+
+class WriterSchema(models.Model):
+    """A writer schema seen in a schema-registry source's topics: the schema id the newest
+    records carry (sampled by the metrics collector), its version in the subject the
+    pipeline reads, and when it was first and last seen. `schema_id` None: records that are
+    not in Confluent's wire format."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="writer_schemas")
+    schema_id = models.BigIntegerField(null=True, blank=True)
+    # The subject and version this id is registered as: the pipeline's own subject when it
+    # is one of its versions, else the first the registry named; "" and None: not known
+    # (yet: looked up again while `looked_up` is False).
+    subject = models.CharField(max_length=255, blank=True)
+    version = models.PositiveIntegerField(null=True, blank=True)
+    looked_up = models.BooleanField(default=False)
+    lookup_error = models.TextField(blank=True)
+    first_seen_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    # When it appeared while the pipeline's topics were already watched (None: it was there
+    # when watching began): what the writer-schema alert rule reports.
+    appeared_at = models.DateTimeField(null=True, blank=True)
+    records = models.PositiveBigIntegerField(default=0, help_text="Sampled records with it.")
+
+    class Meta:
+        ordering = ["pipeline", "first_seen_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["pipeline", "schema_id"],
+                name="writer_schema_once_per_pipeline",
+                nulls_distinct=False,
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pipeline.name} writer schema {self.schema_id}"
 
 
 class StateStore(models.TextChoices):

@@ -5,7 +5,8 @@ One round asks each Kafka cluster once for the log bounds of every partition its
 read, reads each pipeline's checkpoint once, and stores a lag sample per pipeline (records,
 seconds, committed position: also while its job is down, so a stopped job's growing lag is
 on the chart) and the pipeline's figures (`PipelineFigures`), which every page, the API and
-Prometheus read. Rounds never overlap (a PostgreSQL advisory lock: a second worker's round
+Prometheus read; and samples the writer schemas of schema-registry sources' topics
+(`writer_schemas`). Rounds never overlap (a PostgreSQL advisory lock: a second worker's round
 is skipped); a pipeline that cannot be measured keeps its last figures, and its sample says
 the lag is unknown.
 """
@@ -22,7 +23,7 @@ from django.utils.dateparse import parse_datetime
 from controlplane.definitions.models import LagSample, Pipeline, PipelineFigures
 from jobs.kafka.offsets import nest
 
-from . import dead_letters, metrics
+from . import dead_letters, metrics, writer_schemas
 from .kafka_lookups import KafkaLookups
 
 log = logging.getLogger("controlplane.metrics")
@@ -60,6 +61,9 @@ def _round(now: datetime) -> dict:
         )
     )
     letters = dead_letters.counts(pipelines)
+    sampling = writer_schemas.sample(
+        pipelines, computed, writer_schemas.stored_sampling([p.pk for p in pipelines]), now
+    )
     samples, rows = [], []
     unknown = 0
     for pipeline in pipelines:
@@ -80,6 +84,9 @@ def _round(now: datetime) -> dict:
         # A sink database that did not answer: its last count stands (best-effort).
         counted = letters.get(pipeline.pk, previous.get(pipeline.pk))
         result.figures["dead_letters"] = counted
+        sampled_at, sampled_to = (
+            sampling[pipeline.pk].stored() if pipeline.pk in sampling else (None, None)
+        )
         rows.append(
             PipelineFigures(
                 pipeline=pipeline,
@@ -94,6 +101,8 @@ def _round(now: datetime) -> dict:
                 data_loss_seconds=(lag.get("data_loss") or {}).get("seconds"),
                 start_offsets=nest(start) if start else None,
                 dead_letters=counted["count"] if counted else None,
+                writers_sampled_at=sampled_at,
+                writers_sampled_to=sampled_to,
             )
         )
     try:
@@ -136,5 +145,7 @@ def _store(samples: list[LagSample], rows: list[PipelineFigures]) -> None:
                 "data_loss_seconds",
                 "start_offsets",
                 "dead_letters",
+                "writers_sampled_at",
+                "writers_sampled_to",
             ],
         )

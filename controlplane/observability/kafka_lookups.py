@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 
+from jobs.connections import kafka_client_config
 from jobs.kafka.metadata import log_bounds, metadata_consumer, record_time
 
 log = logging.getLogger("controlplane.metrics")
@@ -27,6 +28,18 @@ _lock = threading.Lock()
 # Topics' retention.ms, per cluster: topic settings change rarely, so asked every 5 minutes.
 RETENTION_MAX_AGE = 300.0
 _retention: dict[tuple[str, str], tuple[float, int | None]] = {}
+
+
+def lookup_config(connection) -> dict:
+    """The client configuration lookups reach a stored kafka connection with."""
+    return {
+        **kafka_client_config(connection.settings, connection.get_secrets()),
+        # A round must not hang on a dead cluster.
+        "bootstrap_timeout_ms": 3_000,
+        "request_timeout_ms": 5_000,
+        # Pooled consumers: see added partitions within seconds, not minutes.
+        "metadata_max_age_ms": 10_000,
+    }
 
 
 def _key(config: dict) -> str:

@@ -46,7 +46,6 @@ from controlplane.observability.lag import (
     partition_lags,
     time_until_loss,
 )
-from jobs.connections import kafka_client_config
 from jobs.kafka.offsets import flatten
 from jobs.spec.model import starting_timestamp_ms
 from jobs.storage import StorageError
@@ -535,14 +534,7 @@ def _cluster_lags(connection, pipelines, positions, now, lookups, starts) -> dic
         error = "its Kafka connection does not exist"
         return {p.pk: ({**empty, "error": error}, None) for p in pipelines}
     try:
-        config = {
-            **kafka_client_config(connection.settings, connection.get_secrets()),
-            # A round must not hang on a dead cluster.
-            "bootstrap_timeout_ms": 3_000,
-            "request_timeout_ms": 5_000,
-            # Pooled consumers: see added partitions within seconds, not minutes.
-            "metadata_max_age_ms": 10_000,
-        }
+        config = kafka_lookups.lookup_config(connection)
         consumer = kafka_lookups.acquire(config)
     except Exception as exc:  # an unreachable cluster is a figure we cannot give
         log.warning("connection %s: no Kafka lag: %s", connection.name, exc)

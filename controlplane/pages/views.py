@@ -26,7 +26,7 @@ from controlplane.definitions.models import (
     RestorePoint,
     RunState,
 )
-from controlplane.observability import dead_letters, metrics, state
+from controlplane.observability import dead_letters, metrics, state, writer_schemas
 from controlplane.observability.assess import assess_one
 from controlplane.supervision import (
     controls,
@@ -133,6 +133,7 @@ def pipeline_page(request, name: str):
             "placed_offsets": by_place.get("offsets-reset", []),
             "placed_restore_points": by_place.get("restore-points", []),
             "checkpoint": _checkpoint(pipeline),
+            "writers": writer_schemas.page(pipeline, now),
             "failures": _masked(pipeline.failures.select_related("run").order_by("-at")[:20]),
             "runs": pipeline.runs.select_related("application").order_by("-generation")[:20],
             "versions": versions,

@@ -93,3 +93,38 @@ def record_time(consumer, tp, offset: int, end: int) -> tuple[int, int] | None:
         f"{tp.topic}[{tp.partition}]: the record at offset {offset} was not read within"
         f" {RECORD_READ_SECONDS:g} s"
     )
+
+
+def record_prefixes(
+    consumer, ranges: dict, *, prefix_bytes: int, seconds: float = RECORD_READ_SECONDS
+) -> dict:
+    """The first `prefix_bytes` of each record's value in each partition's offset range
+    ({TopicPartition: (start, end)}: records at start <= offset < end), oldest first (None
+    for a record without a value), and the offset it was read up to: {TopicPartition:
+    (prefixes, reached)}. Reads for at most `seconds`: a partition whose range was not read
+    to its end in that time has what was read (a sample, never a failure)."""
+    prefixes: dict = {tp: [] for tp in ranges}
+    reached = {tp: start for tp, (start, _) in ranges.items()}
+    waiting = {tp for tp, (start, end) in ranges.items() if start < end}
+    if waiting:
+        consumer.assign(list(waiting))
+        for tp in waiting:
+            consumer.seek(tp, ranges[tp][0])
+    deadline = time.monotonic() + seconds
+    while waiting and time.monotonic() < deadline:
+        for tp, records in consumer.poll(timeout_ms=100, max_records=500).items():
+            if tp not in waiting:
+                continue
+            start, end = ranges[tp]
+            for record in records:
+                if start <= record.offset < end:
+                    value = record.value
+                    prefixes[tp].append(None if value is None else bytes(value[:prefix_bytes]))
+                    reached[tp] = record.offset + 1
+        for tp in list(waiting):
+            # Past what it skipped too (control batches, compacted records): at its end,
+            # the range is read.
+            if consumer.position(tp) >= ranges[tp][1]:
+                reached[tp] = ranges[tp][1]
+                waiting.discard(tp)
+    return {tp: (prefixes[tp], min(reached[tp], ranges[tp][1])) for tp in ranges}

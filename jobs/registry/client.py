@@ -98,6 +98,11 @@ class Registry:
     def versions(self, subject: str) -> list[int]:
         return [int(v) for v in self._ask("GET", f"/subjects/{_q(subject)}/versions")]
 
+    def versions_of(self, schema_id: int) -> list[tuple[str, int]]:
+        """Every (subject, version) the schema with this id is registered as."""
+        found = self._ask("GET", f"/schemas/ids/{int(schema_id)}/versions")
+        return [(str(f["subject"]), int(f["version"])) for f in found]
+
     def lookup(self, subject: str, schema: str) -> Version | None:
         """The version of `subject` that is this schema, or None if it is not registered."""
         try:

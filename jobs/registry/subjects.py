@@ -38,3 +38,16 @@ def unframe(value: bytes) -> tuple[int, bytes]:
     if len(value) < HEADER_BYTES or value[0] != MAGIC:
         raise ValueError("not in Confluent's wire format (a zero byte, then a 4-byte schema id)")
     return int.from_bytes(value[1:HEADER_BYTES], "big"), value[HEADER_BYTES:]
+
+
+def schema_ids(prefixes) -> dict[int | None, int]:
+    """How many values carry each schema id, from their first HEADER_BYTES bytes (None: a
+    value that is not in Confluent's wire format, or no value at all)."""
+    counts: dict[int | None, int] = {}
+    for prefix in prefixes:
+        try:
+            found: int | None = unframe(prefix or b"")[0]
+        except ValueError:
+            found = None
+        counts[found] = counts.get(found, 0) + 1
+    return counts

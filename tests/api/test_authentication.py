@@ -49,6 +49,7 @@ ENDPOINTS = {
     "pipeline-metrics": ({"name": "x"}, ["get"]),
     "pipeline-metrics-history": ({"name": "x"}, ["get"]),
     "pipeline-metrics-state": ({"name": "x"}, ["get"]),
+    "pipeline-writer-schemas": ({"name": "x"}, ["get"]),
     "pipeline-checkpoints": ({"name": "x"}, ["get"]),
     "application-list": ({}, ["get", "post"]),
     "application-detail": ({"name": "x"}, ["get", "put", "patch", "delete"]),
