@@ -172,6 +172,28 @@ def test_the_reader_schema_comes_from_the_registry_on_save_and_a_reader_that_can
     assert "has no version 9" in " ".join(response.json()["spec.source.schema_registry"])
 
 
+def test_a_rollback_restores_the_reader_schema_as_it_was_saved(
+    api, kafka_connection, postgres_connection, registry_connection, kafka_bootstrap, registry_url
+):
+    topic = new_topic(kafka_bootstrap)
+    with Registry({"url": registry_url}) as registry:
+        registry.register(f"{topic}-value", json.dumps(V1))
+        body = {"name": "reg-back", "spec": spec(topic, "reg_back")}
+        response = api.post("/api/pipelines/", body, format="json")
+        assert response.status_code == 201, response.json()
+        registry.register(f"{topic}-value", json.dumps(V2))
+    # Saved again: "latest" is version 2 now.
+    response = api.patch("/api/pipelines/reg-back/", {"spec": body["spec"]}, format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json()["spec"]["source"]["schema_registry"]["resolved_version"] == 2
+    # Back to version 1: its reader schema as it was saved (not the subject's latest now).
+    response = api.post("/api/pipelines/reg-back/rollback/", {"version": 1}, format="json")
+    assert response.status_code == 200, response.json()
+    source = api.get("/api/pipelines/reg-back/").json()["spec"]["source"]
+    assert source["schema_registry"]["resolved_version"] == 1
+    assert json.loads(source["avro_schema"])["fields"] == V1["fields"]
+
+
 def test_the_connection_is_tested_and_never_points_at_the_control_planes_own_services(
     api, registry_connection, settings
 ):

@@ -11,6 +11,8 @@ whether it will work with them now, where they can answer quickly:
   unique key on the key columns; or it does not exist and will be created (the user may
   create tables in its schema);
 * Kafka sink: its topic (and dead-letter topic) exists; the control plane never creates one;
+  writing Avro, when its schema is checked against its subject's compatibility rule: on save
+  when the value's type is known from the spec (`ok`), else when the run starts (`info`);
 * files sink: its connection's root is a writable directory (a local root; an HDFS or S3 root
   is reached only by the jobs: said so, as information);
 * cassandra sink: the table exists in the connection's keyspace with a column for every
@@ -47,6 +49,7 @@ from controlplane.connections.policy import (
 )
 from controlplane.connections.probe import kafka_consumer, probe
 from controlplane.redaction import redact
+from jobs.registry import spark_avro
 from jobs.sinks.cassandra.model import CassandraSink
 from jobs.sinks.files.model import FilesSink
 from jobs.sinks.kafka.model import KafkaSink
@@ -54,6 +57,8 @@ from jobs.sinks.postgres.model import PostgresSink
 from jobs.spec import PipelineSpec, SpecError
 from jobs.spec.ddl import parse_schema, simple_string
 from jobs.spec.model import KafkaSource
+
+from . import schemas
 
 OK, ERROR, WARNING, INFO = "ok", "error", "warning", "info"
 
@@ -267,6 +272,47 @@ def _kafka_sink(context: _Context, spec: PipelineSpec, sink: KafkaSink, path: st
     if sink.dead_letter_topic:
         wanted.append((f"{path}.dead_letter_topic", sink.dead_letter_topic))
     _kafka_topics(context, sink.connection, wanted, "sink")
+    if sink.format == "avro" and sink.schema_registry is not None:
+        _kafka_sink_schema(context, spec, sink, path)
+
+
+def _kafka_sink_schema(context: _Context, spec: PipelineSpec, sink: KafkaSink, path: str) -> None:
+    """When an Avro sink's schema meets its subject's compatibility rule: on save when the
+    value's type is known then (controlplane.definitions.schemas), else at the run's start."""
+    started = time.monotonic()
+    the_subject = schemas.sink_subject(sink)
+    try:
+        known = schemas.sink_value_schema(spec, sink) is not None
+    except spark_avro.NotWritable as exc:  # refused on save: a spec stored before the gate
+        context.add(
+            f"{path}.schema_registry",
+            "Avro schema",
+            ERROR,
+            f"Spark cannot write the output as Avro: {exc}",
+            started,
+        )
+        return
+    if known:
+        context.add(
+            f"{path}.schema_registry",
+            "Avro schema",
+            OK,
+            f"the output's Avro schema is known from the spec (the source's columns): it is"
+            f" checked against the compatibility rule of subject {the_subject!r} when the spec"
+            " is saved, and registered at the run's first batch",
+            started,
+        )
+        return
+    why = "a transform" if spec.transform is not None else "a value expression"
+    context.add(
+        f"{path}.schema_registry",
+        "Avro schema",
+        INFO,
+        f"the output's Avro schema is known only when the run starts ({why}: Spark derives"
+        f" the value's type): the compatibility rule of subject {the_subject!r} is checked"
+        " then, and an incompatible schema stops the run with a definition error",
+        started,
+    )
 
 
 # -- Postgres ----------------------------------------------------------------------------------

@@ -294,15 +294,19 @@ def update_pipeline(
     auto_rollback_minutes: Any = UNCHANGED,
     action: str = "update",
     reason: str = "",
+    resolve_schemas: bool = True,
 ) -> Pipeline:
     """Apply the given changes; a changed spec becomes a new version, an identical one does not.
 
     `expected_version` defaults to the version of the `pipeline` object passed in, i.e. the
     one the caller read. A changed placement takes effect at the pipeline's next run. The
-    audit entry says `action` (and `reason`).
+    audit entry says `action` (and `reason`). `resolve_schemas` False: a stored spec taken as
+    it was saved, its schema-registry parts not asked of the registry again (a rollback).
     """
     expected = pipeline.version if expected_version is None else expected_version
-    spec = validate(schemas.resolve(spec_data)) if spec_data is not None else None
+    spec = None
+    if spec_data is not None:
+        spec = validate(schemas.resolve(spec_data) if resolve_schemas else spec_data)
     _check_text("description", description)
     if placement is not None and (problem := placement_problem(placement)):
         raise Invalid("placement", problem)
@@ -355,9 +359,9 @@ def update_pipeline(
 
 def rollback_pipeline(pipeline: Pipeline, *, to_version: int, user=None, reason: str = "") -> bool:
     """Make an earlier version's spec the current one: a new version equal to it (checked
-    again against today's connections; raises SpecError, Invalid for a version that is not
-    kept, or Conflict), audited as a rollback with `reason`. False if the current spec is
-    that one already (nothing changes)."""
+    again against today's connections, its schema-registry parts as they were saved; raises
+    SpecError, Invalid for a version that is not kept, or Conflict), audited as a rollback
+    with `reason`. False if the current spec is that one already (nothing changes)."""
     row = pipeline.versions.filter(version=to_version).first()
     if row is None:
         kept = list(pipeline.versions.order_by("version").values_list("version", flat=True))
@@ -374,6 +378,9 @@ def rollback_pipeline(pipeline: Pipeline, *, to_version: int, user=None, reason:
         spec_data=row.spec,
         action="rollback",
         reason=f"to version {to_version}" + (f": {reason}" if reason else ""),
+        # As it ran: its reader schema as resolved then (not the subject's latest now), and
+        # no registry needed (an automatic rollback must not wait on one).
+        resolve_schemas=False,
     )
     return True
 

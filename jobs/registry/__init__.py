@@ -1,7 +1,9 @@
 """Schemas in a schema registry that speaks Confluent's REST API (Confluent's own, Karapace,
 Apicurio's ccompat API): the `schema-registry` kind of connection (connection.py), a client of
-the API (client.py), which subject a topic's values are registered under (subjects.py), and
-Confluent's wire format (a zero byte, the schema's id in 4 bytes, the Avro body). Spark-free
+the API (client.py), which subject a topic's values are registered under (subjects.py),
+Confluent's wire format (a zero byte, the schema's id in 4 bytes, the Avro body), Avro's
+resolution rules in words (compatibility.py) and the Avro schema Spark writes a Spark type with
+(spark_avro.py, a port of Spark's SchemaConverters.toAvroType). Spark-free
 and Django-free; records are decoded in the executors' JVM (controlplane.spark.ConfluentAvro).
 """
 
