@@ -1835,6 +1835,9 @@ REGISTRY_PORT = int(os.environ.get("CONTROLPLANE_REGISTRY_PORT", "58081"))
 REGISTRY_MANAGEMENT_PORT = int(
     os.environ.get("CONTROLPLANE_REGISTRY_MANAGEMENT_PORT", str(REGISTRY_PORT + 1))
 )
+# The same API over TLS (a certificate of the stack's own test CA, var/registry/tls/ca.pem):
+# what a connection with `ssl_cafile` is tested against.
+REGISTRY_TLS_PORT = int(os.environ.get("CONTROLPLANE_REGISTRY_TLS_PORT", str(REGISTRY_PORT + 2)))
 REGISTRY_HEAP_OPTS = os.environ.get("CONTROLPLANE_REGISTRY_HEAP_OPTS", "-Xms32m -Xmx256m")
 # Apicurio Registry's Confluent-compatible API (Confluent Schema Registry's REST API, v7).
 REGISTRY_API = "/apis/ccompat/v7"
@@ -1853,12 +1856,17 @@ class Registry(Service):
     http://127.0.0.1:58081/apis/ccompat/v7; each start sets the global compatibility level to
     BACKWARD (Confluent's default: Apicurio's is none).
 
+    The same API over TLS on https://127.0.0.1:58083 (REGISTRY_TLS_PORT), with a server
+    certificate of the stack's test CA (test_certificates: var/registry/tls/ca.pem), for
+    connections with `ssl_cafile`.
+
     Its settings are written on every start to var/registry/config/application.properties
-    (Quarkus reads config/ of its working directory, var/registry): both its ports (the API and
-    Quarkus's management interface, which Apicurio's build switches on) on 127.0.0.1, no
-    authentication, in-memory H2 storage (nothing survives a restart: tests register what
-    they need), OpenTelemetry's SDK off, no event sink, no Kafka, Elasticsearch or OIDC server
-    configured, so it reaches nothing outside its own process; a small connection pool.
+    (Quarkus reads config/ of its working directory, var/registry): its ports (the API, over
+    HTTP and TLS, and Quarkus's management interface, which Apicurio's build switches on) on
+    127.0.0.1, no authentication, in-memory H2 storage (nothing survives a restart: tests
+    register what they need), OpenTelemetry's SDK off, no event sink, no Kafka, Elasticsearch
+    or OIDC server configured, so it reaches nothing outside its own process; a small
+    connection pool.
 
     Measured on this 2-core machine (2026-11-28, quiet, Temurin 25, -Xms32m -Xmx256m, serial GC,
     C1 only), to `GET /subjects` answering and the global level set: first start (just
@@ -1875,6 +1883,7 @@ class Registry(Service):
         dist: Path | None = None,
         port: int = REGISTRY_PORT,
         management_port: int = REGISTRY_MANAGEMENT_PORT,
+        tls_port: int | None = None,
         heap_opts: str = REGISTRY_HEAP_OPTS,
     ) -> None:
         super().__init__("registry")
@@ -1889,10 +1898,17 @@ class Registry(Service):
         # The application is the checkout's (./stack unpacks it there), whatever `var` a test uses.
         self.dist = dist or VAR / "registry" / "dist"
         self.port, self.management_port = port, management_port
+        self.tls_port = tls_port or (REGISTRY_TLS_PORT if port == REGISTRY_PORT else port + 2)
         self.heap_opts = heap_opts
         self.url = f"http://127.0.0.1:{port}{REGISTRY_API}"
+        self.tls_dir = self.dir / "tls"
+        self.tls_url = f"https://127.0.0.1:{self.tls_port}{REGISTRY_API}"
         self.timings: dict[str, float] = {}
-        self.env = {"CONTROLPLANE_SCHEMA_REGISTRY_URL": self.url}
+        self.env = {
+            "CONTROLPLANE_SCHEMA_REGISTRY_URL": self.url,
+            "CONTROLPLANE_SCHEMA_REGISTRY_TLS_URL": self.tls_url,
+            "CONTROLPLANE_SCHEMA_REGISTRY_CA": str(self.tls_dir / "ca.pem"),
+        }
 
     def request(self, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
         """(HTTP status, the answer's JSON or None) of one request to the Confluent API."""
@@ -1951,6 +1967,7 @@ class Registry(Service):
         for port, variable in (
             (self.port, "CONTROLPLANE_REGISTRY_PORT"),
             (self.management_port, "CONTROLPLANE_REGISTRY_MANAGEMENT_PORT"),
+            (self.tls_port, "CONTROLPLANE_REGISTRY_TLS_PORT"),
         ):
             if port_open(port):
                 raise StackError(
@@ -1963,6 +1980,7 @@ class Registry(Service):
                 f"Apicurio Registry is not in {self.dist}: run ./stack, which unpacks it"
             )
         java = find_java(REGISTRY_JAVA, "the schema registry (Apicurio Registry 3.3)")
+        test_certificates(self.tls_dir, "127.0.0.1")
         self._write_config()
         log(f"starting the schema registry at {self.url} ({java.parent.parent.name})")
         launched = time.monotonic()
@@ -2016,6 +2034,11 @@ class Registry(Service):
             "quarkus.management.host": "127.0.0.1",
             "quarkus.management.port": self.management_port,
             "quarkus.http.cors.enabled": "false",
+            # And over TLS, on a port of its own, with the stack's test certificate.
+            "quarkus.http.ssl-port": self.tls_port,
+            "quarkus.http.ssl.certificate.files": self.tls_dir / "server.pem",
+            "quarkus.http.ssl.certificate.key-files": self.tls_dir / "server.key",
+            "quarkus.http.insecure-requests": "enabled",
             # No authentication (Apicurio's default, said here): a development registry.
             "apicurio.authn.basic-client-credentials.enabled": "false",
             "quarkus.oidc.tenant-enabled": "false",
@@ -2049,6 +2072,69 @@ class Registry(Service):
             "# Written by scripts/devstack.py on every start; edits are lost.\n"
             + "".join(f"{k}={v}\n" for k, v in settings.items())
         )
+
+
+def test_certificates(directory: Path, host: str) -> None:
+    """A test CA (ca.pem) and a server certificate it signed for `host` (server.pem,
+    server.key), made once in `directory` (kept across starts; readable by this user only):
+    for servers the tests reach over TLS. Never for production: the CA's key is thrown away,
+    the certificates last ten years."""
+    if all((directory / name).exists() for name in ("ca.pem", "server.pem", "server.key")):
+        return
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    now = datetime.datetime.now(datetime.UTC)
+    until = now + datetime.timedelta(days=3650)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "controlplane test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(until)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    try:
+        names = [x509.IPAddress(ipaddress.ip_address(host))]
+    except ValueError:
+        names = [x509.DNSName(host)]
+    server = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(until)
+        .add_extension(x509.SubjectAlternativeName([*names, x509.DNSName("localhost")]), False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    (directory / "server.key").write_bytes(
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    (directory / "server.key").chmod(0o600)
+    (directory / "server.pem").write_bytes(server.public_bytes(pem))
+    (directory / "ca.pem").write_bytes(ca.public_bytes(pem))
 
 
 # --- the stack ----------------------------------------------------------------------------

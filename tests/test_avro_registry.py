@@ -172,6 +172,65 @@ def test_the_reader_schema_comes_from_the_registry_on_save_and_a_reader_that_can
     assert "has no version 9" in " ".join(response.json()["spec.source.schema_registry"])
 
 
+@pytest.mark.parametrize(
+    ("strategy", "confluents", "subject_of"),
+    [
+        ("record", "record_subject_name_strategy", lambda topic: "acme.Delivery"),
+        (
+            "topic-record",
+            "topic_record_subject_name_strategy",
+            lambda topic: f"{topic}-acme.Delivery",
+        ),
+    ],
+)
+def test_the_record_strategies_find_the_subject_confluents_serializer_registers(
+    api,
+    kafka_connection,
+    postgres_connection,
+    registry_connection,
+    kafka_bootstrap,
+    registry_url,
+    strategy,
+    confluents,
+    subject_of,
+):
+    import confluent_kafka.schema_registry as schema_registry
+    from confluent_kafka import SerializingProducer
+    from confluent_kafka.schema_registry import SchemaRegistryClient, avro
+
+    topic = new_topic(kafka_bootstrap)
+    # A record name of the test's own: the record strategy's subject is the same in every
+    # topic (and every run against the same registry).
+    name = f"Delivery{uuid.uuid4().hex[:8]}"
+    schema = {**V2, "name": name}
+    serializer = avro.AvroSerializer(
+        SchemaRegistryClient({"url": registry_url}),
+        json.dumps(schema),
+        conf={"subject.name.strategy": getattr(schema_registry, confluents)},
+    )
+    producer = SerializingProducer(
+        {"bootstrap.servers": kafka_bootstrap, "value.serializer": serializer}
+    )
+    producer.produce(topic, value={"id": "a", "n": 1, "status": "x"})
+    producer.flush(30)
+    wanted = subject_of(topic).replace("Delivery", name)
+    with Registry({"url": registry_url}) as registry:
+        assert registry.version(wanted).version == 1  # where Confluent's client put it
+
+    body = spec(topic, f"reg_{strategy.replace('-', '_')}")
+    body["source"]["schema_registry"].update(strategy=strategy, record=f"acme.{name}")
+    response = api.post("/api/pipelines/", {"name": f"reg-{strategy}", "spec": body}, format="json")
+    assert response.status_code == 201, response.json()
+    found = response.json()["spec"]["source"]
+    assert found["schema_registry"]["subject"] == wanted
+    assert json.loads(found["avro_schema"])["fields"] == V2["fields"]
+    # Without the record's name the strategy has no subject: said at the field.
+    del body["source"]["schema_registry"]["record"]
+    response = api.post("/api/pipelines/", {"name": "reg-no-record", "spec": body}, format="json")
+    assert response.status_code == 400, response.json()
+    assert any("record" in k for k in response.json()), response.json()
+
+
 def test_a_rollback_restores_the_reader_schema_as_it_was_saved(
     api, kafka_connection, postgres_connection, registry_connection, kafka_bootstrap, registry_url
 ):

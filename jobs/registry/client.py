@@ -147,7 +147,9 @@ class Registry:
                 stream=True,
             )
         except requests.exceptions.SSLError as exc:
-            raise Unreachable(f"the registry at {self.url}: TLS failed ({_short(exc)})") from None
+            raise Unreachable(
+                f"the registry at {self.url}: TLS failed: {_tls_reason(exc)}"
+            ) from None
         except requests.RequestException as exc:
             raise Unreachable(
                 f"the registry at {self.url} does not answer ({_short(exc)})"
@@ -193,6 +195,30 @@ _BY_STATUS: dict[int, type[RegistryError]] = {
 
 def _q(part: str) -> str:
     return quote(part, safe="")
+
+
+def _tls_reason(exc: BaseException) -> str:
+    """Why a TLS handshake failed, in words: the ssl module's error found inside what
+    requests and urllib3 wrap it in (an untrusted certificate says why, and what to set)."""
+    import ssl
+
+    seen: set[int] = set()
+    todo: list[object] = [exc]
+    while todo:
+        found = todo.pop(0)
+        if not isinstance(found, BaseException) or id(found) in seen:
+            continue
+        seen.add(id(found))
+        if isinstance(found, ssl.SSLCertVerificationError):
+            return (
+                f"the server's certificate is not trusted ({found.verify_message}): give the"
+                " connection the CA that signed it (ssl_cafile)"
+            )
+        if isinstance(found, ssl.SSLError):
+            return _short(found)
+        todo.extend([*found.args, found.__cause__, found.__context__])
+        todo.append(getattr(found, "reason", None))  # urllib3's MaxRetryError
+    return _short(exc)
 
 
 def _short(exc: BaseException) -> str:
