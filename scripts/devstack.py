@@ -1962,6 +1962,11 @@ class Registry(Service):
             log(f"schema registry already running at {self.url}")
             # Started by another ./stack a moment ago, it may not answer yet.
             wait_for("the schema registry", self.answers, 120, self.logfile)
+            if not port_open(self.tls_port):
+                raise StackError(
+                    f"the schema registry running at {self.url} does not serve TLS on port"
+                    f" {self.tls_port} (started by an older ./stack?): ./stack stop, then again"
+                )
             self.set_compatibility()
             return
         for port, variable in (

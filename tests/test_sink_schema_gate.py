@@ -161,7 +161,9 @@ def test_each_sink_is_checked_at_its_field_and_a_transform_s_value_at_the_run_s_
     assert response.status_code == 201, response.json()
     for body, status, words in (
         (transformed, "info", "known only when the run starts (a transform"),
-        (spec(taken, "id STRING"), "ok", "checked against the compatibility rule"),
+        (spec(taken, "id STRING"), "ok", "meets the compatibility rule of subject"),
+        # Not saved: the preflight asks the registry now.
+        (spec(taken, "id STRING, n BIGINT, extra STRING"), "error", "breaks the compatibility"),
     ):
         response = api.post("/api/pipelines/preflight/", {"spec": body}, format="json")
         assert response.status_code == 200, response.json()

@@ -1,12 +1,21 @@
-"""Pure parts of the writer-schema sampling (no Kafka, no registry, no database): which
-offsets a sample reads, the schema ids of values' headers, the `writer-schema` alert rule."""
+"""Pure parts of the writer-schema sampling (controlplane.observability.writer_sampling; no
+Kafka, no registry, no database): which offsets a sample reads, the schema ids of values'
+headers and which may be new, an id's subject and version for a pipeline, how it compares to
+the reader in words, the `writer-schema` alert rule."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 from controlplane.alerting import rules
-from controlplane.observability.writer_schemas import ranges, subjects_of
+from controlplane.observability.writer_sampling import (
+    choose,
+    compared,
+    described,
+    ranges,
+    sample_of,
+    subjects_of,
+)
 from jobs.registry.subjects import frame, schema_ids
 
 NOW = datetime(2026, 11, 28, 9, 0, tzinfo=UTC)
@@ -26,6 +35,53 @@ def test_a_first_sample_reads_the_newest_records_and_later_ones_what_came_since(
     assert ranges({("t", 0): 1_000}, {("t", 0): 10}, tail=8) == {("t", 0): (992, 1_000)}
     # A log end below where it stopped (the topic was recreated): its newest records.
     assert ranges({("t", 0): 5}, {("t", 0): 50}, tail=8) == {("t", 0): (0, 5)}
+
+
+def test_only_ids_in_partitions_sampled_before_can_be_new():
+    prefixes = {
+        ("t", 0): [frame(7, b"")[:5], frame(8, b"")[:5]],
+        ("t", 1): [frame(9, b"")[:5], b"junk"],  # a partition sampled for the first time
+    }
+    taken = sample_of(prefixes, {("t", 0)})
+    assert taken.counts == {7: 1, 8: 1, 9: 1, None: 1}
+    assert taken.watched_ids == {7, 8}
+    assert sample_of(prefixes, set()).watched_ids == frozenset()  # a first sample
+
+
+def test_an_id_is_the_pipelines_subjects_version_when_it_is_one():
+    found = [("other-value", 4), ("orders-value", 2)]
+    assert choose(found, ["orders-value"]) == ("orders-value", 2)
+    assert choose(found, ["payments-value"]) == ("other-value", 4)
+    assert choose([], ["orders-value"]) == ("", None)
+
+
+def test_writer_schemas_compared_to_the_reader_in_words():
+    def say(**changes):
+        row = dict(
+            schema_id=12,
+            looked_up=True,
+            lookup_error="",
+            subject="o-value",
+            version=3,
+            reader_subject="o-value",
+            reader=2,
+        )
+        return compared(**{**row, **changes})
+
+    assert say() == "newer than the reader: fields it adds are not read"
+    assert say(version=1) == "older than the reader: read with the reader's defaults"
+    assert say(version=2) == "the reader's version"
+    assert say(subject="x-value") == "version 3 of another subject, 'x-value'"
+    assert say(schema_id=None) == "not in Confluent's wire format: dead letters"
+    assert say(looked_up=False, lookup_error="down") == "not looked up yet (down)"
+    assert say(version=None).startswith("not registered as a version of any subject")
+    row = dict(schema_id=12, subject="o-value", version=3, reader_subject="o-value")
+    assert described(**row, reader=2) == (
+        "version 3 of 'o-value' (id 12), the pipeline reads version 2"
+    )
+    assert described(**row, reader=3) == "version 3 of 'o-value' (id 12)"
+    # Another subject's version numbers are not the reader's to compare with.
+    assert described(**{**row, "subject": "x-value"}, reader=2) == "version 3 of 'x-value' (id 12)"
 
 
 def test_schema_ids_come_from_the_header_and_anything_else_counts_as_unframed():

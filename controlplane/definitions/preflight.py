@@ -277,40 +277,53 @@ def _kafka_sink(context: _Context, spec: PipelineSpec, sink: KafkaSink, path: st
 
 
 def _kafka_sink_schema(context: _Context, spec: PipelineSpec, sink: KafkaSink, path: str) -> None:
-    """When an Avro sink's schema meets its subject's compatibility rule: on save when the
-    value's type is known then (controlplane.definitions.schemas), else at the run's start."""
+    """Whether an Avro sink's schema meets its subject's compatibility rule now, where the
+    value's type is known from the spec (controlplane.definitions.schemas); else that it is
+    checked at the run's start."""
+    from jobs.registry.client import Registry, RegistryError
+
     started = time.monotonic()
+    field_ = f"{path}.schema_registry"
     the_subject = schemas.sink_subject(sink)
     try:
-        known = schemas.sink_value_schema(spec, sink) is not None
+        schema = schemas.sink_value_schema(spec, sink)
     except spark_avro.NotWritable as exc:  # refused on save: a spec stored before the gate
         context.add(
-            f"{path}.schema_registry",
-            "Avro schema",
-            ERROR,
-            f"Spark cannot write the output as Avro: {exc}",
-            started,
+            field_, "Avro schema", ERROR, f"Spark cannot write the output as Avro: {exc}", started
         )
         return
-    if known:
+    if schema is None:
+        why = "a transform" if spec.transform is not None else "a value expression"
         context.add(
-            f"{path}.schema_registry",
+            field_,
             "Avro schema",
-            OK,
-            f"the output's Avro schema is known from the spec (the source's columns): it is"
-            f" checked against the compatibility rule of subject {the_subject!r} when the spec"
-            " is saved, and registered at the run's first batch",
+            INFO,
+            f"the output's Avro schema is known only when the run starts ({why}: Spark derives"
+            f" the value's type): the compatibility rule of subject {the_subject!r} is checked"
+            " then, and an incompatible schema stops the run with a definition error",
             started,
         )
         return
-    why = "a transform" if spec.transform is not None else "a value expression"
+    try:
+        arguments = schemas.registry_arguments(sink.schema_registry.connection)
+        if arguments is None:
+            raise ValueError(f"no schema-registry connection {sink.schema_registry.connection!r}")
+        with Registry({**arguments, "timeout_seconds": context.timeout}) as registry:
+            problems = schemas.sink_problems(registry, the_subject, schema)
+    except (RegistryError, ValueError) as exc:
+        context.add(
+            field_, "Avro schema", WARNING, f"the registry could not be asked: {exc}", started
+        )
+        return
+    if problems:
+        context.add(field_, "Avro schema", ERROR, "; ".join(problems), started)
+        return
     context.add(
-        f"{path}.schema_registry",
+        field_,
         "Avro schema",
-        INFO,
-        f"the output's Avro schema is known only when the run starts ({why}: Spark derives"
-        f" the value's type): the compatibility rule of subject {the_subject!r} is checked"
-        " then, and an incompatible schema stops the run with a definition error",
+        OK,
+        f"the output's Avro schema (from the source's columns) meets the compatibility rule of"
+        f" subject {the_subject!r} now; it is registered at the run's first batch",
         started,
     )
 

@@ -156,16 +156,22 @@ def writer_versions(reader: int, versions: list[int], level: str) -> list[int]:
 def _arguments(name: str, field: str = FIELD) -> dict[str, Any] | None:
     """The named schema-registry connection's client arguments (None if there is none);
     its settings refused at `field`."""
+    try:
+        return registry_arguments(name)
+    except ValueError as exc:
+        raise SpecError([FieldError(field, f"connection {name!r}: {exc}")]) from None
+
+
+def registry_arguments(name: str) -> dict[str, Any] | None:
+    """The named schema-registry connection's client arguments (None if there is none;
+    ValueError naming the problem if the policy refuses its settings)."""
     from controlplane.connections.models import Connection, ConnectionKind
     from controlplane.connections.policy import registry_connection_arguments
 
     connection = Connection.objects.filter(name=name, kind=ConnectionKind.SCHEMA_REGISTRY).first()
     if connection is None:
         return None
-    try:
-        return registry_connection_arguments(connection.settings, connection.get_secrets())
-    except ValueError as exc:
-        raise SpecError([FieldError(field, f"connection {name!r}: {exc}")]) from None
+    return registry_connection_arguments(connection.settings, connection.get_secrets())
 
 
 # -- kafka sinks writing Avro ------------------------------------------------------------------
@@ -236,8 +242,7 @@ def sink_value_schema(spec: PipelineSpec, sink: KafkaSink) -> dict | None:
 def sink_subject(sink: KafkaSink) -> str:
     """The subject the sink's values are registered under (as jobs.sinks.kafka.client names
     it at the run's start)."""
-    options = sink.schema_registry
-    return subject(options.strategy, sink.topic, options.record or spark_avro.DEFAULT_RECORD)
+    return sink.value_subject()
 
 
 def sink_problems(registry: Registry, the_subject: str, schema: dict) -> list[str]:

@@ -61,9 +61,12 @@ def _round(now: datetime) -> dict:
         )
     )
     letters = dead_letters.counts(pipelines)
-    sampling = writer_schemas.sample(
-        pipelines, computed, writer_schemas.stored_sampling([p.pk for p in pipelines]), now
-    )
+    sampled_before = writer_schemas.stored_sampling([p.pk for p in pipelines])
+    try:
+        sampling = writer_schemas.sample(pipelines, computed, sampled_before, now)
+    except Exception as exc:  # a figure we cannot give, not an error of the round
+        log.warning("no writer-schema samples: %s", exc)
+        sampling = sampled_before
     samples, rows = [], []
     unknown = 0
     for pipeline in pipelines:

@@ -1,19 +1,24 @@
 """Which writer schemas a schema-registry source's topics hold: sampled by the metrics
 collector, shown on the pipeline page and in the API, and what the `writer-schema` alert
-rule watches.
+rule watches. (The pure parts: controlplane.observability.writer_sampling.)
 
 Every SAMPLE_SECONDS per pipeline, the collector reads the records written since its last
-sample, at most the newest TAIL of each partition (with the log ends the round already
-asked for: no further offset lookups), takes the schema id from each value's Confluent
-header, and keeps per id when it was first and last seen and how many sampled records
-carried it (`WriterSchema`). A new id is looked up in the registry once (which subject and
-version it is); one the registry did not answer is looked up again next time. An id that
-turns up after the first sample has `appeared_at`: a producer started writing a new schema.
+sample, at most the newest TAIL of each partition (from the log ends the round already asked
+for, never before a log's start), takes the schema id from each value's Confluent header,
+and keeps per id when it was first and last seen and how many sampled records carried it
+(`WriterSchema`, at most MAX_IDS ids per pipeline), with where the sampling stands, in one
+transaction. A new id is looked up in the registry once (which subject and version it is);
+one the registry did not answer is looked up again next time. An id that turns up in a
+partition sampled before, and that the registry registers as a subject's version, has
+`appeared_at`: a producer started writing a new schema. An id first seen in a partition
+first sampled now (a topic the source just started reading) was there before: not new.
 Values that are not in the wire format count under no id (they become dead letters).
 
-Best-effort, as every figure: a cluster or registry that does not answer costs the sample,
-never the round; the round spends at most ROUND_SECONDS sampling, the pipelines waited on
-longest first, the rest next round.
+Best-effort, as every figure: a cluster or registry that does not answer costs that
+pipeline's sample, never the round. The round takes no more pipelines after ROUND_SECONDS
+(those waited on longest go first; the rest next round); one pipeline's read takes at most
+READ_SECONDS, a registry lookup at most LOOKUP_SECONDS, and a registry that did not answer is
+not asked again in the same round.
 """
 
 from __future__ import annotations
@@ -24,24 +29,36 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import F
 
 from controlplane.connections.masking import mask
-from controlplane.definitions.models import Connection, Pipeline, WriterSchema
+from controlplane.definitions.models import Connection, Pipeline, PipelineFigures, WriterSchema
 from jobs.kafka.offsets import flatten, nest
-from jobs.registry.subjects import HEADER_BYTES, schema_ids, subject
+from jobs.registry.subjects import HEADER_BYTES
 
 from . import kafka_lookups
+from .writer_sampling import (
+    MAX_IDS,
+    Sample,
+    choose,
+    compared,
+    described,
+    ranges,
+    sample_of,
+    subjects_of,
+)
 
 log = logging.getLogger("controlplane.metrics")
 
 SAMPLE_SECONDS = 60.0  # how often each pipeline's topics are sampled
-TAIL = 8  # at most this many of the newest records of each partition per sample
-ROUND_SECONDS = 3.0  # at most this long sampling per collector round
+ROUND_SECONDS = 3.0  # sampling stops taking pipelines after this long in a round
 READ_SECONDS = 2.0  # at most this long reading one pipeline's records
+LOOKUP_SECONDS = 3.0  # a registry lookup's timeout (the connection's own, if shorter)
 RECENT = timedelta(hours=1)  # a writer schema seen since is in use now
 NEW = timedelta(hours=24)  # one that appeared since is flagged as new on the page
+SHOWN = MAX_IDS + 1  # the page's and the API's rows at most (every id kept, and unframed)
+ALERTED = 5  # new writer schemas an alert names at most (the newest)
 
 
 @dataclass(frozen=True)
@@ -61,37 +78,12 @@ def watched(pipeline: Pipeline) -> dict | None:
     return found if isinstance(found, dict) and found.get("subject") else None
 
 
-def subjects_of(section: dict, topics: list[str]) -> list[str]:
-    """The subjects the source's topics' values are registered under (its strategy)."""
-    out = []
-    for topic in topics:
-        try:
-            name = subject(section.get("strategy") or "topic", topic, section.get("record"))
-        except ValueError:
-            continue
-        if name not in out:
-            out.append(name)
-    return out
-
-
-def ranges(ends: dict, to: dict, tail: int = TAIL) -> dict[tuple[str, int], tuple[int, int]]:
-    """Each partition's offsets to read: from where the last sample stopped (never more
-    than `tail` records before its end; the newest `tail` on a first sample, or when the
-    log ends before where it stopped), to its end."""
-    out = {}
-    for tp, end in ends.items():
-        last = to.get(tp)
-        # Past the log end (the topic was recreated): as on a first sample.
-        start = max(last, end - tail) if last is not None and last <= end else end - tail
-        out[tp] = (max(0, start), end)
-    return out
-
-
 def sample(
     pipelines: list[Pipeline], computed: dict, previous: dict[int, Sampling], now: datetime
 ) -> dict[int, Sampling]:
-    """Sample the due pipelines' topics (within ROUND_SECONDS); every watched pipeline's
-    sampling as it stands after (the previous one where it was not sampled)."""
+    """Sample the due pipelines' topics (taking no more after ROUND_SECONDS); every watched
+    pipeline's sampling as it stands after (the previous one where it was not sampled).
+    Never raises: a pipeline that cannot be sampled keeps its previous sampling."""
     out = {p.pk: previous.get(p.pk, Sampling(None, {})) for p in pipelines if watched(p)}
     due = [
         p
@@ -102,37 +94,47 @@ def sample(
     due.sort(key=lambda p: (out[p.pk].at is not None, out[p.pk].at or now))
     if not due:
         return out
-    started = time.monotonic()
+    deadline = time.monotonic() + ROUND_SECONDS
     names = {p.spec["source"]["connection"] for p in due}
     names |= {watched(p)["connection"] for p in due}
     connections = {c.name: c for c in Connection.objects.filter(name__in=names)}
-    looked_up: dict[tuple[str, int], tuple[str, int | None, str]] = {}
-    for pipeline in due:
-        if time.monotonic() - started > ROUND_SECONDS:
-            break  # the rest next round, first in line
-        result = computed.get(pipeline.pk)
-        lag = result.figures["lag"] if result is not None else {}
-        ends = {(p["topic"], p["partition"]): p["end"] for p in lag.get("partitions") or ()}
-        kafka = connections.get(pipeline.spec["source"]["connection"])
-        if not ends or kafka is None:
-            continue  # no log ends this round (the lag says why)
-        try:
-            counts, to = _read(kafka, ranges(ends, out[pipeline.pk].to))
-        except Exception as exc:  # a sample we cannot take, not an error of the round
-            log.warning("pipeline %s: no writer-schema sample: %s", pipeline.name, exc)
-            continue
-        first = out[pipeline.pk].at is None
-        try:
-            _record(pipeline, counts, now, first=first)
-            _look_up(pipeline, connections, looked_up)
-        except IntegrityError:
-            continue  # deleted during the round
-        out[pipeline.pk] = Sampling(now, to)
+    registries = _Registries(connections, deadline)
+    try:
+        for pipeline in due:
+            if time.monotonic() > deadline:
+                break  # the rest next round, first in line
+            try:
+                taken = _sample_one(pipeline, computed, out[pipeline.pk], connections, now)
+                if taken is not None:
+                    out[pipeline.pk] = taken
+                    _look_up(pipeline, registries)
+            except Exception as exc:  # one pipeline's sample, never the round
+                log.warning("pipeline %s: no writer-schema sample: %s", pipeline.name, exc)
+    finally:
+        registries.close()
     return out
 
 
-def _read(kafka: Connection, wanted: dict) -> tuple[dict[int | None, int], dict]:
-    """(records per schema id, the offsets read up to) over these partitions' ranges."""
+def _sample_one(
+    pipeline: Pipeline, computed: dict, before: Sampling, connections: dict, now: datetime
+) -> Sampling | None:
+    """Read what was written since the last sample and record its ids; the new sampling
+    (None: nothing could be read this round)."""
+    result = computed.get(pipeline.pk)
+    lag = result.figures["lag"] if result is not None else {}
+    ends = {(p["topic"], p["partition"]): p["end"] for p in lag.get("partitions") or ()}
+    kafka = connections.get(pipeline.spec["source"]["connection"])
+    if not ends or kafka is None:
+        return None  # no log ends this round (the lag says why)
+    found, to = _read(kafka, ranges(ends, before.to))
+    taken = Sampling(now, to)
+    watched_before = set(before.to) if before.at is not None else set()
+    _record(pipeline, sample_of(found, watched_before), now, taken)
+    return taken
+
+
+def _read(kafka: Connection, wanted: dict) -> tuple[dict, dict]:
+    """(each partition's values' first bytes, the offsets read up to) over these ranges."""
     from kafka import TopicPartition
 
     from jobs.kafka.metadata import record_prefixes
@@ -146,113 +148,152 @@ def _read(kafka: Connection, wanted: dict) -> tuple[dict[int | None, int], dict]
         healthy = True
     finally:
         kafka_lookups.release(config, consumer, healthy=healthy)
-    counts: dict[int | None, int] = {}
-    to = {}
-    for tp, (prefixes, reached) in read.items():
-        for schema_id, n in schema_ids(prefixes).items():
-            counts[schema_id] = counts.get(schema_id, 0) + n
-        to[(tp.topic, tp.partition)] = reached  # a partial read resumes there
-    return counts, to
+    prefixes = {(tp.topic, tp.partition): values for tp, (values, _) in read.items()}
+    # A partial read resumes where it stopped.
+    to = {(tp.topic, tp.partition): reached for tp, (_, reached) in read.items()}
+    return prefixes, to
 
 
-def _record(pipeline: Pipeline, counts: dict, now: datetime, *, first: bool) -> None:
-    """The sample's ids into the pipeline's writer schemas."""
+def _record(pipeline: Pipeline, taken: Sample, now: datetime, sampling: Sampling) -> None:
+    """The sample's ids into the pipeline's writer schemas, and where its sampling stands,
+    together. An id seen first now is a candidate new writer schema when a partition sampled
+    before holds it (confirmed by the registry's lookup); at most MAX_IDS ids are kept."""
     with transaction.atomic():
-        known = set(
-            WriterSchema.objects.filter(
-                pipeline=pipeline, schema_id__in=[i for i in counts if i is not None]
-            ).values_list("schema_id", flat=True)
-        )
-        if (
-            None in counts
-            and WriterSchema.objects.filter(pipeline=pipeline, schema_id=None).exists()
-        ):
-            known.add(None)
-        for schema_id, n in counts.items():
-            if schema_id in known:
-                WriterSchema.objects.filter(pipeline=pipeline, schema_id=schema_id).update(
+        kept = dict(WriterSchema.objects.filter(pipeline=pipeline).values_list("schema_id", "pk"))
+        room = MAX_IDS + (1 if None in kept else 0) - len(kept)
+        dropped = 0
+        for schema_id, n in taken.counts.items():
+            if schema_id in kept:
+                WriterSchema.objects.filter(pk=kept[schema_id]).update(
                     last_seen_at=now, records=F("records") + n
                 )
                 continue
+            if schema_id is not None and room <= 0:
+                dropped += n
+                continue
+            room -= schema_id is not None
             WriterSchema.objects.create(
                 pipeline=pipeline,
                 schema_id=schema_id,
                 first_seen_at=now,
                 last_seen_at=now,
-                appeared_at=None if first else now,
+                appeared_at=now if schema_id in taken.watched_ids else None,
                 records=n,
                 looked_up=schema_id is None,  # nothing to look up
             )
-            if not first:
-                log.info(
-                    "pipeline %s: a new writer schema appears: id %s", pipeline.name, schema_id
+        if dropped:
+            log.warning(
+                "pipeline %s: %s sampled records carry schema ids beyond the %s kept",
+                pipeline.name,
+                dropped,
+                MAX_IDS,
+            )
+        at, to = sampling.stored()
+        PipelineFigures.objects.filter(pipeline=pipeline).update(
+            writers_sampled_at=at, writers_sampled_to=to
+        )
+
+
+class _Registries:
+    """One round's registry clients, one per connection, and what they answered per id; a
+    registry that did not answer is not asked again this round; none is asked after the
+    round's deadline (the ids wait for the next round)."""
+
+    def __init__(self, connections: dict, deadline: float):
+        self.connections = connections
+        self.deadline = deadline
+        self.clients: dict[str, Any] = {}
+        self.down: dict[str, str] = {}
+        self.answers: dict[tuple[str, int], list[tuple[str, int]] | str] = {}
+
+    def versions_of(self, name: str, schema_id: int) -> list[tuple[str, int]] | str | None:
+        """Every (subject, version) of the id; an error in words; None: not asked now."""
+        from controlplane.connections.policy import registry_connection_arguments
+        from jobs.registry.client import NotFound, Registry, RegistryError, Unreachable
+
+        key = (name, schema_id)
+        if key in self.answers:
+            return self.answers[key]
+        if name in self.down:
+            return self.down[name]
+        if time.monotonic() > self.deadline:
+            return None
+        try:
+            client = self.clients.get(name)
+            if client is None:
+                connection = self.connections.get(name)
+                if connection is None:
+                    raise ValueError("the schema-registry connection does not exist")
+                arguments = registry_connection_arguments(
+                    connection.settings, connection.get_secrets()
                 )
+                timeout = float(arguments.get("timeout_seconds") or LOOKUP_SECONDS)
+                arguments["timeout_seconds"] = min(timeout, LOOKUP_SECONDS)
+                client = self.clients[name] = Registry(arguments)
+            answer: list[tuple[str, int]] | str = client.versions_of(schema_id)
+        except NotFound:
+            answer = []  # registered as no subject's version
+        except (Unreachable, ValueError) as exc:
+            self.down[name] = mask(str(exc))
+            return self.down[name]
+        except (RegistryError, TypeError, KeyError) as exc:  # an answer it could not read
+            answer = mask(f"the registry: {exc}")
+        self.answers[key] = answer
+        return answer
+
+    def close(self) -> None:
+        for client in self.clients.values():
+            client.close()
 
 
-def _look_up(pipeline: Pipeline, connections: dict, cache: dict) -> None:
-    """Which subject and version each of the pipeline's ids not looked up yet is."""
-    pending = list(WriterSchema.objects.filter(pipeline=pipeline, looked_up=False))
-    if not pending:
-        return
+def _look_up(pipeline: Pipeline, registries: _Registries) -> None:
+    """Which subject and version each of the pipeline's ids not looked up yet is. An id no
+    subject registers is no new writer schema (its records are dead letters)."""
     section = watched(pipeline)
     mine = subjects_of(section, pipeline.spec["source"]["topics"])
-    registry = connections.get(section["connection"])
-    for row in pending:
-        key = (section["connection"], row.schema_id)
-        if key not in cache:
-            cache[key] = _versions(registry, row.schema_id, mine)
-        row.subject, row.version, row.lookup_error = cache[key]
-        row.looked_up = not row.lookup_error
-        row.save(update_fields=["subject", "version", "looked_up", "lookup_error"])
-
-
-def _versions(registry: Connection | None, schema_id: int, mine: list[str]):
-    """(subject, version, error) of an id: its version in one of `mine` if it is one, else
-    the first subject the registry names; an error in words when it could not say."""
-    from controlplane.connections.policy import registry_connection_arguments
-    from jobs.registry.client import NotFound, Registry, RegistryError
-
-    if registry is None:
-        return "", None, "the schema-registry connection does not exist"
-    try:
-        arguments = registry_connection_arguments(registry.settings, registry.get_secrets())
-        with Registry(arguments) as client:
-            found = client.versions_of(schema_id)
-    except NotFound:
-        return (
-            "",
-            None,
-            "",
-        )  # not in the registry: a looked-up answer (the records are dead letters)
-    except (RegistryError, ValueError) as exc:
-        return "", None, mask(str(exc))
-    for name, version in found:
-        if name in mine:
-            return name, version, ""
-    return (found[0][0], found[0][1], "") if found else ("", None, "")
-
-
-def describe(row: WriterSchema, reader: int | None) -> str:
-    """A writer schema in words: its version and subject, id, and how it compares to the
-    reader's version."""
-    if row.schema_id is None:
-        return "records not in Confluent's wire format"
-    if row.version is None:
-        return f"schema id {row.schema_id} (not a version the registry names)"
-    what = f"version {row.version} of {row.subject!r} (id {row.schema_id})"
-    if reader is not None and row.version != reader:
-        what += f", the pipeline reads version {reader}"
-    return what
+    for row in WriterSchema.objects.filter(pipeline=pipeline, looked_up=False):
+        answer = registries.versions_of(section["connection"], row.schema_id)
+        if answer is None:
+            return  # the round's time is up: next round
+        if isinstance(answer, str):
+            WriterSchema.objects.filter(pk=row.pk).update(lookup_error=answer)
+            continue
+        name, version = choose(answer, mine)
+        changes: dict[str, Any] = {"subject": name, "version": version, "looked_up": True}
+        changes["lookup_error"] = ""
+        if version is None:
+            changes["appeared_at"] = None
+        elif row.appeared_at is not None:
+            log.info(
+                "pipeline %s: a new writer schema appears: version %s of %s (id %s)",
+                pipeline.name,
+                version,
+                name,
+                row.schema_id,
+            )
+        WriterSchema.objects.filter(pk=row.pk).update(**changes)
 
 
 def appeared(since: datetime) -> dict[int, tuple[tuple[datetime, str], ...]]:
-    """Writer schemas that appeared since `since`, per pipeline, newest first, in words."""
+    """New writer schemas (confirmed by the registry) that appeared since `since`, per
+    pipeline, the newest ALERTED, in words."""
     out: dict[int, list] = {}
-    rows = WriterSchema.objects.filter(appeared_at__gte=since).select_related("pipeline")
+    rows = WriterSchema.objects.filter(
+        appeared_at__gte=since, looked_up=True, version__isnull=False
+    ).select_related("pipeline")
     for row in rows.order_by("-appeared_at"):
+        mine = out.setdefault(row.pipeline_id, [])
+        if len(mine) >= ALERTED:
+            continue
         section = watched(row.pipeline) or {}
-        what = describe(row, section.get("resolved_version"))
-        out.setdefault(row.pipeline_id, []).append((row.appeared_at, what))
+        what = described(
+            schema_id=row.schema_id,
+            subject=row.subject,
+            version=row.version,
+            reader_subject=section.get("subject", ""),
+            reader=section.get("resolved_version"),
+        )
+        mine.append((row.appeared_at, what))
     return {k: tuple(v) for k, v in out.items()}
 
 
@@ -270,48 +311,38 @@ def stored_sampling(pipeline_ids) -> dict[int, Sampling]:
 
 def page(pipeline: Pipeline, now: datetime) -> dict[str, Any] | None:
     """What the pipeline page and the API show (None: its source reads no registry): the
-    subject, the reader's version, each writer schema seen (newest first) with how it
-    compares to the reader, and when the topics were last sampled."""
+    subject, the reader's version, each writer schema seen (most recently seen first) with
+    how it compares to the reader, and when the topics were last sampled."""
     section = watched(pipeline)
     if section is None:
         return None
     reader = section.get("resolved_version")
-    figures = getattr(pipeline, "figures", None)
-    sampled_at = figures.writers_sampled_at if figures is not None else None
+    figures = PipelineFigures.objects.filter(pipeline=pipeline).first()
     writers = []
-    for row in WriterSchema.objects.filter(pipeline=pipeline).order_by(
-        "-last_seen_at", "-first_seen_at"
-    ):
-        if row.schema_id is None:
-            compared = "not in Confluent's wire format: dead letters"
-        elif not row.looked_up:
-            compared = (
-                f"not looked up yet ({row.lookup_error})"
-                if row.lookup_error
-                else "not looked up yet"
-            )
-        elif row.version is None:
-            compared = "unknown to the registry: dead letters"
-        elif row.subject != section["subject"]:
-            compared = f"version {row.version} of another subject, {row.subject!r}"
-        elif reader is None or row.version == reader:
-            compared = "the reader's version" if reader is not None else ""
-        elif row.version > reader:
-            compared = "newer than the reader: fields it adds are not read"
-        else:
-            compared = "older than the reader: read with the reader's defaults"
+    rows = WriterSchema.objects.filter(pipeline=pipeline)
+    for row in rows.order_by("-last_seen_at", "-first_seen_at")[:SHOWN]:
         writers.append(
             {
                 "schema_id": row.schema_id,
                 "subject": row.subject,
                 "version": row.version,
-                "compared": compared,
+                "compared": compared(
+                    schema_id=row.schema_id,
+                    looked_up=row.looked_up,
+                    lookup_error=row.lookup_error,
+                    subject=row.subject,
+                    version=row.version,
+                    reader_subject=section["subject"],
+                    reader=reader,
+                ),
                 "first_seen_at": row.first_seen_at,
                 "last_seen_at": row.last_seen_at,
-                "appeared_at": row.appeared_at,
+                "appeared_at": row.appeared_at if row.looked_up else None,
                 "records": row.records,
                 "recent": now - row.last_seen_at <= RECENT,
-                "new": row.appeared_at is not None and now - row.appeared_at <= NEW,
+                "new": row.looked_up
+                and row.appeared_at is not None
+                and now - row.appeared_at <= NEW,
             }
         )
     return {
@@ -321,7 +352,7 @@ def page(pipeline: Pipeline, now: datetime) -> dict[str, Any] | None:
         "reader_version": reader,
         "reader_schema_id": section.get("schema_id"),
         "pinned": section.get("version", "latest") != "latest",
-        "sampled_at": sampled_at,
+        "sampled_at": figures.writers_sampled_at if figures is not None else None,
         "sample_seconds": SAMPLE_SECONDS,
         "writers": writers,
     }

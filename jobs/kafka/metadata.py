@@ -101,11 +101,21 @@ def record_prefixes(
     """The first `prefix_bytes` of each record's value in each partition's offset range
     ({TopicPartition: (start, end)}: records at start <= offset < end), oldest first (None
     for a record without a value), and the offset it was read up to: {TopicPartition:
-    (prefixes, reached)}. Reads for at most `seconds`: a partition whose range was not read
-    to its end in that time has what was read (a sample, never a failure)."""
+    (prefixes, reached)}; never before a log's start. Reads for at most `seconds`: a
+    partition whose range was not read to its end in that time has what was read (a sample,
+    never a failure)."""
     prefixes: dict = {tp: [] for tp in ranges}
-    reached = {tp: start for tp, (start, _) in ranges.items()}
     waiting = {tp for tp, (start, end) in ranges.items() if start < end}
+    if waiting:
+        # Never before the log's start (retention deleted what lay there): a seek there
+        # would jump to the consumer's reset position, not to the first record.
+        first = consumer.beginning_offsets(list(waiting))
+        ranges = {
+            tp: (max(start, first.get(tp, start)), end) if tp in waiting else (start, end)
+            for tp, (start, end) in ranges.items()
+        }
+        waiting = {tp for tp in waiting if ranges[tp][0] < ranges[tp][1]}
+    reached = {tp: start for tp, (start, _) in ranges.items()}
     if waiting:
         consumer.assign(list(waiting))
         for tp in waiting:

@@ -91,10 +91,11 @@ class AvroValues:
                 f"sink.value: format avro writes a record: the value must be a struct (the"
                 f" output's columns, or struct(...)), not {data_type.simpleString()}"
             )
+        from ...registry.spark_avro import record_name
+
         jvm = self.spark._jvm
         catalyst = self.spark._jsparkSession.parseDataType(data_type.json())
-        name = self.sink.schema_registry.record or "topLevelRecord"
-        namespace, _, short = name.rpartition(".")
+        short, namespace = record_name(self.sink.schema_registry.record)
         avro = jvm.org.apache.spark.sql.avro.SchemaConverters.toAvroType(
             catalyst, False, short, namespace
         )
@@ -106,11 +107,10 @@ class AvroValues:
         from pyspark.sql.avro.functions import to_avro
 
         from ...registry.client import Incompatible, InvalidSchema, Registry, RegistryError
-        from ...registry.subjects import frame, subject
+        from ...registry.subjects import frame
 
         schema = self.schema_of(data_type)
-        options = self.sink.schema_registry
-        name = subject(options.strategy, self.sink.topic, options.record or "topLevelRecord")
+        name = self.sink.value_subject()
         try:
             with Registry(self.registry) as registry:
                 schema_id = registry.register(name, schema)

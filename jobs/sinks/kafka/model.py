@@ -43,6 +43,18 @@ class KafkaSink:
     transaction_timeout_seconds: int = 120
     kind: Literal["kafka"] = "kafka"
 
+    def value_subject(self) -> str:
+        """The subject its Avro values' schema is registered under (format avro): by the
+        strategy, from the topic and the record's full name (Spark's default name when none
+        is given)."""
+        from ...registry.spark_avro import DEFAULT_RECORD
+        from ...registry.subjects import subject
+
+        options = self.schema_registry
+        if options is None:
+            raise ValueError("a sink without schema_registry has no subject")
+        return subject(options.strategy, self.topic, options.record or DEFAULT_RECORD)
+
     def connection_names(self) -> tuple[str, ...]:
         """The connections it writes through."""
         if self.schema_registry is not None:
