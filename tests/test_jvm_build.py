@@ -105,3 +105,28 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_drivers_start_from_the_class_data_archive_made_for_them(tmp_path, monkeypatch):
+    """`python -m jobs.jvm build` makes the drivers' class-data archive (./stack runs it);
+    every driver's conf names it while it was made from the Java, pyspark and build the
+    drivers run, and a driver started with that conf maps it (-Xshare:on fails otherwise)."""
+    assert jvm.class_archive_ready(), "run python -m jobs.jvm build (./stack does)"
+    options = jvm.driver_conf()["spark.driver.extraJavaOptions"]
+    assert f"-XX:SharedArchiveFile={jvm.CLASS_ARCHIVE}" in options.split()
+    assert (
+        "SharedArchiveFile"
+        not in jvm.driver_conf(class_archive=False)["spark.driver.extraJavaOptions"]
+    )
+    checked = jvm._spark_submit(
+        jvm.WARMUP,
+        [str(tmp_path), "--session-only"],
+        f"-XX:SharedArchiveFile={jvm.CLASS_ARCHIVE} -Xshare:on",
+    )
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    # Made from another build (its stamp differs): not used.
+    stamp = tmp_path / "made"
+    stamp.write_text("another build\n")
+    monkeypatch.setattr(jvm, "CLASS_ARCHIVE_STAMP", stamp)
+    assert not jvm.class_archive_ready()
+    assert "SharedArchiveFile" not in jvm.driver_conf()["spark.driver.extraJavaOptions"]

@@ -301,7 +301,8 @@ def _common_args(master: str) -> list[str]:
     return [
         *_python_files(master),
         *_conf_args(LONG_RUNNING_CONF),
-        *_conf_args(driver_conf()),
+        # The class-data archive is made for pip's pyspark's spark-submit (jobs.jvm).
+        *_conf_args(driver_conf(class_archive=not settings.SPARK_SUBMIT)),
         *([] if settings.CONTROLPLANE_SPARK_UI_ENABLED else ["--conf", "spark.ui.enabled=false"]),
         "--conf", f"spark.pyspark.python={sys.executable}",
         # jobs/java/build/jars: the sink's JVM writer with the JDBC driver (without them it
