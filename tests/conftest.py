@@ -32,6 +32,18 @@ def registry_url() -> str:
     return url()
 
 
+@pytest.fixture
+def registry_connection(api, registry_url):
+    """A schema-registry connection `registry` to the registry under test."""
+    response = api.post(
+        "/api/connections/",
+        {"name": "registry", "kind": "schema-registry", "settings": {"url": registry_url}},
+        format="json",
+    )
+    assert response.status_code == 201, response.json()
+    return response.json()
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> str:
     """host:port of the Kafka broker under test (Apache Kafka in development). The topics

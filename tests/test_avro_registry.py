@@ -9,7 +9,6 @@ reason in words), never a failed batch. Real Kafka, registry, Spark and Postgres
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 
@@ -50,24 +49,6 @@ V3 = {
 }
 
 
-@pytest.fixture
-def registry_url() -> str:
-    url = os.environ.get("CONTROLPLANE_SCHEMA_REGISTRY_URL")
-    assert url, "CONTROLPLANE_SCHEMA_REGISTRY_URL is not set: run the tests with ./stack test"
-    return url
-
-
-@pytest.fixture
-def registry_connection(api, registry_url):
-    response = api.post(
-        "/api/connections/",
-        {"name": "registry", "kind": "schema-registry", "settings": {"url": registry_url}},
-        format="json",
-    )
-    assert response.status_code == 201, response.json()
-    return response.json()
-
-
 def produce_versions(bootstrap: str, registry_url: str, topic: str) -> list[dict]:
     """Records of each version, as Confluent's AvroSerializer writes them (the schema
     registered under <topic>-value); the values each should read as, by id."""
@@ -103,6 +84,35 @@ def produce_versions(bootstrap: str, registry_url: str, topic: str) -> list[dict
                 }
             )
     return expected
+
+
+def read_avro(bootstrap: str, registry_url: str, topic: str, wanted: int) -> list[dict]:
+    """Up to `wanted` values of `topic` as Confluent's DeserializingConsumer and
+    AvroDeserializer read them (read_committed), within 60 s."""
+    from confluent_kafka import DeserializingConsumer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+    consumer = DeserializingConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "value.deserializer": AvroDeserializer(SchemaRegistryClient({"url": registry_url})),
+        }
+    )
+    consumer.subscribe([topic])
+    read = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(read) < wanted and time.monotonic() < deadline:
+            message = consumer.poll(1)
+            if message is not None and message.error() is None:
+                read.append(message.value())
+    finally:
+        consumer.close()
+    return read
 
 
 def produce_raw(bootstrap: str, topic: str, values: list[bytes]) -> None:
@@ -356,10 +366,6 @@ def test_three_versions_read_exactly_once_and_bad_values_are_dead_letters_with_r
 def test_the_kafka_sink_writes_avro_that_confluents_deserializer_reads(
     kafka_bootstrap, registry_url, spark, tmp_path
 ):
-    from confluent_kafka import DeserializingConsumer
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-    from confluent_kafka.schema_registry.avro import AvroDeserializer
-
     from tests.kafka_helpers import produce
 
     source, out, dead = (new_topic(kafka_bootstrap) for _ in range(3))
@@ -396,25 +402,7 @@ def test_the_kafka_sink_writes_avro_that_confluents_deserializer_reads(
         ),
     )
     drain(spark, cfg)
-    consumer = DeserializingConsumer(
-        {
-            "bootstrap.servers": kafka_bootstrap,
-            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            "value.deserializer": AvroDeserializer(SchemaRegistryClient({"url": registry_url})),
-        }
-    )
-    consumer.subscribe([out])
-    read = []
-    try:
-        deadline = time.monotonic() + 60
-        while len(read) < len(events) and time.monotonic() < deadline:
-            message = consumer.poll(1)
-            if message is not None and message.error() is None:
-                read.append(message.value())
-    finally:
-        consumer.close()
+    read = read_avro(kafka_bootstrap, registry_url, out, len(events))
     assert sorted(read, key=lambda r: r["n"]) == events
     # Registered under the topic's subject, as a record of the given name.
     with Registry({"url": registry_url}) as found:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 import uuid
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from jobs.spec import parse_spec
 from tests.kafka_helpers import new_topic
 from tests.spark_helpers import drain
 from tests.stores import required_env
-from tests.test_avro_registry import V1, V2
+from tests.test_avro_registry import V1, V2, read_avro
 from tests.test_writer_schemas import produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
@@ -99,10 +98,6 @@ def test_a_connection_trusting_the_ca_answers_over_tls_and_one_that_does_not_is_
 def test_a_pipeline_reads_and_writes_avro_through_a_registry_over_tls(
     api, kafka_connection, tls_registry, kafka_bootstrap, registry_url, spark, tmp_path
 ):
-    from confluent_kafka import DeserializingConsumer
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-    from confluent_kafka.schema_registry.avro import AvroDeserializer
-
     source, out, dead = (new_topic(kafka_bootstrap, partitions=2) for _ in range(3))
     # Producers register over the plain port: the same registry, the same ids.
     produce(kafka_bootstrap, registry_url, source, V1, [{"id": f"a{i}", "n": i} for i in range(20)])
@@ -136,25 +131,7 @@ def test_a_pipeline_reads_and_writes_avro_through_a_registry_over_tls(
         ),
     )
     drain(spark, cfg)
-    consumer = DeserializingConsumer(
-        {
-            "bootstrap.servers": kafka_bootstrap,
-            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            "value.deserializer": AvroDeserializer(SchemaRegistryClient({"url": registry_url})),
-        }
-    )
-    consumer.subscribe([out])
-    read = []
-    try:
-        deadline = time.monotonic() + 60
-        while len(read) < 40 and time.monotonic() < deadline:
-            message = consumer.poll(1)
-            if message is not None and message.error() is None:
-                read.append(message.value())
-    finally:
-        consumer.close()
+    read = read_avro(kafka_bootstrap, registry_url, out, 40)
     # Version 1's records read with version 2's reader: its default for the added field.
     expected = [{"id": f"a{i}", "n": i, "status": "created"} for i in range(20)]
     expected += [{"id": f"b{i}", "n": 2**40 + i, "status": "assigned"} for i in range(20)]

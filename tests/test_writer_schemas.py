@@ -46,17 +46,18 @@ def produce(bootstrap: str, registry_url: str, topic: str, schema: dict, records
 
 
 def test_writer_versions_are_sampled_shown_and_a_new_one_alerts(
-    api, editor, kafka_connection, postgres_connection, kafka_bootstrap, registry_url, monkeypatch
+    api,
+    editor,
+    kafka_connection,
+    postgres_connection,
+    registry_connection,
+    kafka_bootstrap,
+    registry_url,
+    monkeypatch,
 ):
     # Every record of the sample read, however busy the machine (what is counted is exact).
     monkeypatch.setattr(writer_schemas, "READ_SECONDS", 60.0)
     monkeypatch.setattr(writer_schemas, "ROUND_SECONDS", 120.0)
-    response = api.post(
-        "/api/connections/",
-        {"name": "registry", "kind": "schema-registry", "settings": {"url": registry_url}},
-        format="json",
-    )
-    assert response.status_code == 201, response.json()
     topic = new_topic(kafka_bootstrap, partitions=2)
     subject = f"{topic}-value"
     produce(kafka_bootstrap, registry_url, topic, V1, [{"id": f"a{i}", "n": i} for i in range(40)])
@@ -182,17 +183,17 @@ def test_record_prefixes_start_at_the_log_start_and_step_over_transaction_marker
 
 
 def test_ids_beyond_the_cap_are_counted_not_kept_and_unknown_ids_never_alert(
-    api, kafka_connection, postgres_connection, kafka_bootstrap, registry_url, monkeypatch
+    api,
+    kafka_connection,
+    postgres_connection,
+    registry_connection,
+    kafka_bootstrap,
+    registry_url,
+    monkeypatch,
 ):
     monkeypatch.setattr(writer_schemas, "READ_SECONDS", 60.0)
     monkeypatch.setattr(writer_schemas, "ROUND_SECONDS", 120.0)
     monkeypatch.setattr(writer_schemas, "MAX_IDS", 3)
-    response = api.post(
-        "/api/connections/",
-        {"name": "registry", "kind": "schema-registry", "settings": {"url": registry_url}},
-        format="json",
-    )
-    assert response.status_code == 201, response.json()
     topic = new_topic(kafka_bootstrap, partitions=1)
     produce(kafka_bootstrap, registry_url, topic, V1, [{"id": "a", "n": 1}] * 2)
     body = {"name": "capped", "spec": spec(topic, "capped")}
