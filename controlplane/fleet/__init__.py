@@ -1,0 +1,1 @@
+"""Definitions as code: a fleet kept in files (controlplane.fleet.documents)."""
