@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -93,7 +93,8 @@ class Source:
 
 @dataclass(frozen=True)
 class Object:
-    """One object a set defines (after templates and the environment)."""
+    """One object a set defines (after templates and the environment); as read, a document
+    (templates and environments are read as such, then expanded or applied)."""
 
     kind: str
     name: str
@@ -104,15 +105,6 @@ class Object:
     @property
     def key(self) -> str:
         return f"{self.kind}/{self.name}"
-
-
-@dataclass
-class _Document:
-    kind: str
-    name: str
-    labels: dict[str, str]
-    spec: dict[str, Any]
-    source: Source
 
 
 @dataclass
@@ -157,9 +149,7 @@ def read(files: Mapping[str, str], *, environment: str | None = None) -> list[Ob
         elif document.kind != ENVIRONMENT:
             label = document.source.where(document.kind, document.name)
             spec = _substitute(document.spec, {}, variables, errors, document.source, label, "spec")
-            objects.append(
-                Object(document.kind, document.name, document.labels, spec, document.source)
-            )
+            objects.append(replace(document, spec=spec))
     seen: dict[str, Object] = {}
     for obj in objects:
         if obj.key in seen:
@@ -175,7 +165,7 @@ def read(files: Mapping[str, str], *, environment: str | None = None) -> list[Ob
     for obj in objects:
         patch = overlays.get(obj.key)
         if patch is not None:
-            obj = Object(obj.kind, obj.name, obj.labels, merge_patch(obj.spec, patch), obj.source)
+            obj = replace(obj, spec=merge_patch(obj.spec, patch))
         out.append(obj)
     for key in overlays:
         if key not in seen:
@@ -207,7 +197,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
 # -- parsing -----------------------------------------------------------------------------------
 
 
-def _parse_file(path: str, text: str, errors: _Errors) -> list[_Document]:
+def _parse_file(path: str, text: str, errors: _Errors) -> list[Object]:
     whole = Source(path, 0)
     if len(text.encode()) > MAX_FILE_BYTES:
         errors.add(whole, "the file", "", f"is over {MAX_FILE_BYTES:,} bytes")
@@ -231,7 +221,7 @@ def _parse_file(path: str, text: str, errors: _Errors) -> list[_Document]:
     return out
 
 
-def _document(data: Any, source: Source, errors: _Errors) -> _Document | None:
+def _document(data: Any, source: Source, errors: _Errors) -> Object | None:
     label = f"document {source.document}"
     if not isinstance(data, dict):
         errors.add(source, label, "", "must be a mapping (apiVersion, kind, name, spec)")
@@ -268,7 +258,7 @@ def _document(data: Any, source: Source, errors: _Errors) -> _Document | None:
         errors.add(source, label, "spec", f"is nested more than {MAX_DEPTH} levels deep")
     if len(errors.found) > before:
         return None
-    return _Document(kind, name, dict(labels), spec, source)
+    return Object(kind, name, dict(labels), spec, source)
 
 
 def _depth(value: Any, level: int = 0) -> int:
@@ -284,7 +274,7 @@ def _depth(value: Any, level: int = 0) -> int:
 # -- environments and templates -----------------------------------------------------------------
 
 
-def _environment(document: _Document, errors: _Errors) -> tuple[dict, dict]:
+def _environment(document: Object, errors: _Errors) -> tuple[dict, dict]:
     label = document.source.where(ENVIRONMENT, document.name)
     spec = document.spec
     for key in sorted(set(spec) - {"variables", "overlays"}):
@@ -321,7 +311,7 @@ def _environment(document: _Document, errors: _Errors) -> tuple[dict, dict]:
     return dict(variables), dict(overlays)
 
 
-def _expand(template: _Document, variables: dict, errors: _Errors) -> list[Object]:
+def _expand(template: Object, variables: dict, errors: _Errors) -> list[Object]:
     source = template.source
     label = source.where(TEMPLATE, template.name)
     spec = template.spec
@@ -524,13 +514,3 @@ _Loader.yaml_implicit_resolvers = {
 _Loader.add_implicit_resolver(
     _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
 )
-
-
-def objects_by_kind(objects: Iterable[Object]) -> dict[str, list[Object]]:
-    """The objects grouped by kind, in the order applying them needs (what others name
-    first: connections, shared applications, pipelines, then alert channels and rules)."""
-    order = ("Connection", "SparkApplication", "Pipeline", "AlertChannel", "AlertRule")
-    out: dict[str, list[Object]] = {kind: [] for kind in order}
-    for obj in objects:
-        out[obj.kind].append(obj)
-    return out
