@@ -96,9 +96,8 @@ def sample(
         return out
     deadline = time.monotonic() + ROUND_SECONDS
     names = {p.spec["source"]["connection"] for p in due}
-    names |= {watched(p)["connection"] for p in due}
     connections = {c.name: c for c in Connection.objects.filter(name__in=names)}
-    registries = _Registries(connections, deadline)
+    registries = _Registries(deadline)
     try:
         for pipeline in due:
             if time.monotonic() > deadline:
@@ -199,8 +198,7 @@ class _Registries:
     registry that did not answer is not asked again this round; none is asked after the
     round's deadline (the ids wait for the next round)."""
 
-    def __init__(self, connections: dict, deadline: float):
-        self.connections = connections
+    def __init__(self, deadline: float):
         self.deadline = deadline
         self.clients: dict[str, Any] = {}
         self.down: dict[str, str] = {}
@@ -208,7 +206,7 @@ class _Registries:
 
     def versions_of(self, name: str, schema_id: int) -> list[tuple[str, int]] | str | None:
         """Every (subject, version) of the id; an error in words; None: not asked now."""
-        from controlplane.connections.policy import registry_connection_arguments
+        from controlplane.definitions.schemas import registry_arguments
         from jobs.registry.client import NotFound, Registry, RegistryError, Unreachable
 
         key = (name, schema_id)
@@ -221,12 +219,9 @@ class _Registries:
         try:
             client = self.clients.get(name)
             if client is None:
-                connection = self.connections.get(name)
-                if connection is None:
+                arguments = registry_arguments(name)
+                if arguments is None:
                     raise ValueError("the schema-registry connection does not exist")
-                arguments = registry_connection_arguments(
-                    connection.settings, connection.get_secrets()
-                )
                 timeout = float(arguments.get("timeout_seconds") or LOOKUP_SECONDS)
                 arguments["timeout_seconds"] = min(timeout, LOOKUP_SECONDS)
                 client = self.clients[name] = Registry(arguments)
