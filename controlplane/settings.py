@@ -447,6 +447,17 @@ if CONTROLPLANE_PREFLIGHT not in ("refuse", "warn", "off"):
     raise ImproperlyConfiguredEnv(
         f"CONTROLPLANE_PREFLIGHT={CONTROLPLANE_PREFLIGHT!r}: refuse, warn or off"
     )
+# Definitions as code (controlplane.fleet, docs/definitions-as-code.md): a fleet's files name
+# their secrets by reference, never by value: `{env: NAME}` reads the control plane's
+# environment variable NAME, which must begin with this prefix (so a file cannot name the
+# control plane's own secrets, e.g. DATABASE_URL); `{file: NAME}` reads the file NAME in this
+# directory (a mounted secret store, e.g. /run/secrets; empty: none). An apply waits this
+# long for another one to finish, then is refused (409).
+CONTROLPLANE_FLEET_SECRET_PREFIX = env_str("CONTROLPLANE_FLEET_SECRET_PREFIX", "FLEET_SECRET_")
+if not CONTROLPLANE_FLEET_SECRET_PREFIX or len(CONTROLPLANE_FLEET_SECRET_PREFIX) < 3:
+    raise ImproperlyConfiguredEnv("CONTROLPLANE_FLEET_SECRET_PREFIX: at least 3 characters")
+CONTROLPLANE_FLEET_SECRETS_DIR = env_str("CONTROLPLANE_FLEET_SECRETS_DIR", "")
+CONTROLPLANE_FLEET_LOCK_SECONDS = env_float("CONTROLPLANE_FLEET_LOCK_SECONDS", 30.0, minimum=0.1)
 CONTROLPLANE_CRASH_LOOP_FAILURES = env_int("CONTROLPLANE_CRASH_LOOP_FAILURES", 3, minimum=1)
 CONTROLPLANE_CRASH_LOOP_MINUTES = env_float("CONTROLPLANE_CRASH_LOOP_MINUTES", 10.0, minimum=1.0)
 

@@ -17,6 +17,7 @@ from controlplane.api.reports import (
     RunHeartbeat,
     RunProgress,
 )
+from controlplane.fleet.views import Apply, Export, Fleet
 
 router = DefaultRouter()
 router.register("connections", ConnectionViewSet, basename="connection")
@@ -35,6 +36,9 @@ api_patterns = [
         name="swagger-ui",
     ),
     path("hosts/", HostList.as_view(), name="hosts"),
+    path("apply/", Apply.as_view(), name="apply"),
+    path("export/", Export.as_view(), name="export"),
+    path("fleet/", Fleet.as_view(), name="fleet"),
     path("runs/<int:run_id>/heartbeat/", RunHeartbeat.as_view(), name="run-heartbeat"),
     path("runs/<int:run_id>/progress/", RunProgress.as_view(), name="run-progress"),
     path("runs/<int:run_id>/exit/", RunExit.as_view(), name="run-exit"),

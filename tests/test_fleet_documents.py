@@ -144,7 +144,7 @@ def test_documents_are_checked_field_by_field_and_yaml_is_read_safely():
     )
     assert (
         "a.yaml: document 1 (Pipe Bad_Name): extra: is not a document field"
-        " (apiVersion, kind, name, labels, spec)"
+        " (apiVersion, kind, name, labels, description, spec, deployment)"
     ) in found
     assert "a.yaml: document 1 (Pipe Bad_Name): apiVersion: must be 'controlplane/v1'" in found
     assert any(

@@ -91,6 +91,35 @@ class AlertChannelSerializer(serializers.ModelSerializer):
         return channel
 
 
+def save_channel(serializer: AlertChannelSerializer, *, user, reason: str = "") -> AlertChannel:
+    """Create or change a channel from a validated serializer, audited (never its secrets)."""
+    with transaction.atomic():
+        if serializer.instance is None:
+            channel = serializer.save()
+            audit.record(
+                "alert-channel-create", user=user, before={},
+                after=audit.channel_snapshot(channel), reason=reason,
+            )  # fmt: skip
+            return channel
+        before = audit.channel_snapshot(serializer.instance)
+        before_url = audit.secret_url(serializer.instance)
+        channel = serializer.save()
+        audit.record(
+            "alert-channel-update", user=user, before=before,
+            after=audit.channel_change(before_url, channel), reason=reason,
+        )  # fmt: skip
+        return channel
+
+
+def delete_channel(channel: AlertChannel, *, user, reason: str = "") -> None:
+    with transaction.atomic():
+        audit.record(
+            "alert-channel-delete", user=user, before=audit.channel_snapshot(channel), after={},
+            reason=reason,
+        )  # fmt: skip
+        channel.delete()
+
+
 class AlertChannelViewSet(viewsets.ModelViewSet):
     """Where alerts go: e-mail addresses, a webhook (JSON, signed with HMAC-SHA256 over
     `<timestamp>.<body>`: headers `X-Controlplane-Timestamp`, `X-Controlplane-Signature:
@@ -105,30 +134,13 @@ class AlertChannelViewSet(viewsets.ModelViewSet):
     lookup_value_regex = "[a-z0-9-]+"
 
     def perform_create(self, serializer):
-        with transaction.atomic():
-            channel = serializer.save()
-            audit.record(
-                "alert-channel-create", user=self.request.user, before={},
-                after=audit.channel_snapshot(channel),
-            )  # fmt: skip
+        save_channel(serializer, user=self.request.user)
 
     def perform_update(self, serializer):
-        with transaction.atomic():
-            before = audit.channel_snapshot(serializer.instance)
-            before_url = audit.secret_url(serializer.instance)
-            channel = serializer.save()
-            audit.record(
-                "alert-channel-update", user=self.request.user, before=before,
-                after=audit.channel_change(before_url, channel),
-            )  # fmt: skip
+        save_channel(serializer, user=self.request.user)
 
     def perform_destroy(self, channel):
-        with transaction.atomic():
-            audit.record(
-                "alert-channel-delete", user=self.request.user,
-                before=audit.channel_snapshot(channel), after={},
-            )  # fmt: skip
-            channel.delete()
+        delete_channel(channel, user=self.request.user)
 
 
 class AlertRuleSerializer(serializers.ModelSerializer):
@@ -174,6 +186,28 @@ class AlertRuleSerializer(serializers.ModelSerializer):
         return value
 
 
+def save_rule(serializer: AlertRuleSerializer, *, user, reason: str = "") -> AlertRule:
+    """Create or change a rule from a validated serializer, audited."""
+    with transaction.atomic():
+        before = audit.rule_snapshot(serializer.instance) if serializer.instance else {}
+        created = serializer.instance is None
+        rule = serializer.save()
+        audit.record(
+            "alert-rule-create" if created else "alert-rule-update", user=user, before=before,
+            after=audit.rule_snapshot(rule), pipeline=rule.pipeline, reason=reason,
+        )  # fmt: skip
+        return rule
+
+
+def delete_rule(rule: AlertRule, *, user, reason: str = "") -> None:
+    with transaction.atomic():
+        audit.record(
+            "alert-rule-delete", user=user, before=audit.rule_snapshot(rule), after={},
+            pipeline=rule.pipeline, reason=reason,
+        )  # fmt: skip
+        rule.delete()
+
+
 class SilenceSerializer(ControlSerializer):
     minutes = serializers.IntegerField(min_value=1, max_value=60 * 24 * 30)
 
@@ -192,29 +226,13 @@ class AlertRuleViewSet(viewsets.ModelViewSet):
     lookup_value_regex = "[a-z0-9-]+"
 
     def perform_create(self, serializer):
-        with transaction.atomic():
-            rule = serializer.save()
-            audit.record(
-                "alert-rule-create", user=self.request.user, before={},
-                after=audit.rule_snapshot(rule), pipeline=rule.pipeline,
-            )  # fmt: skip
+        save_rule(serializer, user=self.request.user)
 
     def perform_update(self, serializer):
-        with transaction.atomic():
-            before = audit.rule_snapshot(serializer.instance)
-            rule = serializer.save()
-            audit.record(
-                "alert-rule-update", user=self.request.user, before=before,
-                after=audit.rule_snapshot(rule), pipeline=rule.pipeline,
-            )  # fmt: skip
+        save_rule(serializer, user=self.request.user)
 
     def perform_destroy(self, rule):
-        with transaction.atomic():
-            audit.record(
-                "alert-rule-delete", user=self.request.user, before=audit.rule_snapshot(rule),
-                after={}, pipeline=rule.pipeline,
-            )  # fmt: skip
-            rule.delete()
+        delete_rule(rule, user=self.request.user)
 
     @extend_schema(request=SilenceSerializer, responses={200: AlertRuleSerializer})
     @action(detail=True, methods=["post"])

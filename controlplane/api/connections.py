@@ -46,6 +46,50 @@ def _root_in_use(conflict: RootInUse) -> Response:
     )
 
 
+def save_connection(serializer: ConnectionSerializer, *, user, reason: str = "") -> Connection:
+    """Create or change a connection from a validated serializer, audited, in one
+    transaction; a files connection's change under every files connection's lock. Raises
+    RootInUse (a files root moved onto other pipelines' directories since validation)."""
+    with transaction.atomic():
+        if serializer.instance is None:
+            connection = serializer.save()
+            audit.record_connection_saved(
+                connection, user=user, before={}, created=True, reason=reason
+            )
+            return connection
+        if CONNECTION_KINDS[serializer.instance.kind].holds_directories:
+            # Every files connection, in name order, before this one alone: the order
+            # pipeline saves take them in (controlplane.connections.directories).
+            files_roots(lock=True)
+        before = audit.connection_snapshot(
+            Connection.objects.select_for_update().get(pk=serializer.instance.pk)
+        )
+        connection = serializer.save()
+        audit.record_connection_saved(
+            connection,
+            user=user,
+            before=before,
+            created=False,
+            dropped=serializer.secrets_dropped,
+            reason=reason,
+        )
+        return connection
+
+
+def delete_connection(connection: Connection, *, user, reason: str = "") -> None:
+    """Delete it, audited; raises ProtectedError while pipelines use it."""
+    with transaction.atomic():
+        audit.record_connection(
+            connection.name,
+            "connection-delete",
+            user=user,
+            before=audit.connection_snapshot(connection),
+            after={},
+            reason=reason,
+        )
+        connection.delete()
+
+
 class ConnectionViewSet(viewsets.ModelViewSet):
     """Kafka clusters, Postgres targets and file system roots. Secrets are write-only."""
 
@@ -57,11 +101,7 @@ class ConnectionViewSet(viewsets.ModelViewSet):
     lookup_value_regex = "[a-z0-9-]+"
 
     def perform_create(self, serializer) -> None:
-        with transaction.atomic():
-            connection = serializer.save()
-            audit.record_connection_saved(
-                connection, user=self.request.user, before={}, created=True
-            )
+        save_connection(serializer, user=self.request.user)
 
     @extend_schema(
         responses={200: ConnectionSerializer, 409: OpenApiResponse(description=ROOT_IN_USE)}
@@ -89,35 +129,12 @@ class ConnectionViewSet(viewsets.ModelViewSet):
         return super().partial_update(request, *args, **kwargs)
 
     def perform_update(self, serializer) -> None:
-        with transaction.atomic():
-            if CONNECTION_KINDS[serializer.instance.kind].holds_directories:
-                # Every files connection, in name order, before this one alone: the order
-                # pipeline saves take them in (controlplane.connections.directories).
-                files_roots(lock=True)
-            before = audit.connection_snapshot(
-                Connection.objects.select_for_update().get(pk=serializer.instance.pk)
-            )
-            connection = serializer.save()
-            audit.record_connection_saved(
-                connection,
-                user=self.request.user,
-                before=before,
-                created=False,
-                dropped=serializer.secrets_dropped,
-            )
+        save_connection(serializer, user=self.request.user)
 
     def destroy(self, request, *args, **kwargs) -> Response:
         connection = self.get_object()
         try:
-            with transaction.atomic():
-                audit.record_connection(
-                    connection.name,
-                    "connection-delete",
-                    user=request.user,
-                    before=audit.connection_snapshot(connection),
-                    after={},
-                )
-                connection.delete()
+            delete_connection(connection, user=request.user)
         except ProtectedError:
             users = ", ".join(sorted(connection.pipelines.values_list("name", flat=True)))
             return Response(

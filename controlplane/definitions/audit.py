@@ -95,7 +95,7 @@ def record_connection(
 
 
 def record_connection_saved(
-    connection, *, user, before: dict, created: bool, dropped=()
+    connection, *, user, before: dict, created: bool, dropped=(), reason: str = ""
 ) -> AuditEntry:
     """A connection was created or changed (API, pages or admin): `before` is its snapshot
     from before the change, `dropped` the stored secrets the change removed."""
@@ -108,4 +108,5 @@ def record_connection_saved(
         user=user,
         before=before,
         after=after,
+        reason=reason,
     )

@@ -188,6 +188,9 @@ class PipelineVersion(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Where it came from when a fleet's files made it (controlplane.fleet): {"fleet",
+    # "repository", "commit", "path", "document"}; empty: the API, a form or the admin.
+    source = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["pipeline", "-version"]
@@ -197,6 +200,44 @@ class PipelineVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pipeline.name} v{self.version}"
+
+
+class ManagedObject(models.Model):
+    """An object kept in a fleet's files (definitions as code, controlplane.fleet): which
+    fleet manages it, what its files said when it was last applied, and what the apply left
+    it as, so that a change made elsewhere (a form, the API, the admin) shows as drift.
+    `kind` is the document's (Connection, Pipeline, SparkApplication, AlertRule,
+    AlertChannel); the row outlives its object (a deletion elsewhere is drift too)."""
+
+    kind = models.CharField(max_length=32)
+    name = models.CharField(max_length=63)
+    fleet = models.CharField(max_length=63, db_index=True)
+    # sha256 of the document as the files gave it (templates expanded, environment applied,
+    # secret references' values included): the same input again is unchanged at once.
+    input_digest = models.CharField(max_length=64)
+    # The object as the apply left it: its document (as export writes it), and the sha256
+    # of that and its secrets' values.
+    document = models.JSONField(default=dict)
+    digest = models.CharField(max_length=64)
+    # Where the files keep its secrets: {path: {"env": NAME} | {"file": NAME}}.
+    secret_refs = models.JSONField(default=dict, blank=True)
+    source = models.JSONField(default=dict, blank=True)  # repository, commit, path, document
+    applied_at = models.DateTimeField()
+    applied_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # First seen differing from `digest` (None: as applied), and how (what differs).
+    drifted_at = models.DateTimeField(null=True, blank=True)
+    drift = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["kind", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "name"], name="managed_once_per_object")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.name} (fleet {self.fleet})"
 
 
 class PipelineConnection(models.Model):

@@ -230,12 +230,15 @@ def create_pipeline(
     labels: dict | None = None,
     restore_point_minutes: int | None = None,
     auto_rollback_minutes: int | None = None,
+    version_source: dict | None = None,
+    resolve_schemas: bool = True,
 ) -> Pipeline:
     """Raises SpecError (the spec), Invalid (the placement, the labels) or Conflict (the
-    name)."""
+    name). `version_source`: where the spec came from (a fleet's files), kept on its
+    version; `resolve_schemas` False: its schema-registry parts resolved already."""
     if name in RESERVED_NAMES:
         raise Invalid("name", f"{name!r} is reserved (the API's /api/pipelines/{name}/)")
-    spec = validate(schemas.resolve(spec_data))
+    spec = validate(schemas.resolve(spec_data) if resolve_schemas else spec_data)
     canonical = spec.to_dict()
     _check_text("description", description)
     if problem := placement_problem(placement):
@@ -258,7 +261,11 @@ def create_pipeline(
                 updated_by=user,
             )
             PipelineVersion.objects.create(
-                pipeline=pipeline, version=1, spec=canonical, created_by=user
+                pipeline=pipeline,
+                version=1,
+                spec=canonical,
+                created_by=user,
+                source=version_source or {},
             )
             _check_consumer_group(pipeline, spec)
             _check_files_paths(pipeline, spec)
@@ -295,6 +302,7 @@ def update_pipeline(
     action: str = "update",
     reason: str = "",
     resolve_schemas: bool = True,
+    version_source: dict | None = None,
 ) -> Pipeline:
     """Apply the given changes; a changed spec becomes a new version, an identical one does not.
 
@@ -302,6 +310,7 @@ def update_pipeline(
     one the caller read. A changed placement takes effect at the pipeline's next run. The
     audit entry says `action` (and `reason`). `resolve_schemas` False: a stored spec taken as
     it was saved, its schema-registry parts not asked of the registry again (a rollback).
+    `version_source`: where a new spec came from (a fleet's files), kept on its version.
     """
     expected = pipeline.version if expected_version is None else expected_version
     spec = None
@@ -340,7 +349,11 @@ def update_pipeline(
             changes["spec"] = spec.to_dict()
             changes["version"] = F("version") + 1
             PipelineVersion.objects.create(
-                pipeline=current, version=new_version, spec=changes["spec"], created_by=user
+                pipeline=current,
+                version=new_version,
+                spec=changes["spec"],
+                created_by=user,
+                source=version_source or {},
             )
             _check_consumer_group(current, spec)
             _check_files_paths(current, spec)

@@ -7,7 +7,10 @@ A file holds YAML documents (`---` between them), each one object:
     kind: Pipeline            # Connection, Pipeline, SparkApplication, AlertRule, AlertChannel
     name: orders-to-pg        #   or PipelineTemplate, Environment (below)
     labels: {team: payments}  # optional
+    description: ...          # optional
     spec: {...}               # the object's own settings, as the REST API takes them
+    deployment: {...}         # optional, a Pipeline's: placement, restore_point_minutes,
+                              #   auto_rollback_minutes
 
 A `PipelineTemplate` is a family of pipelines: typed `parameters` (string, integer, number,
 boolean, list, object; a default makes one optional), a `pipeline` body in which
@@ -41,6 +44,9 @@ OBJECT_KINDS = ("Connection", "Pipeline", "SparkApplication", "AlertRule", "Aler
 TEMPLATE = "PipelineTemplate"
 ENVIRONMENT = "Environment"
 KINDS = (*OBJECT_KINDS, TEMPLATE, ENVIRONMENT)
+DOCUMENT_FIELDS = ("apiVersion", "kind", "name", "labels", "description", "spec", "deployment")
+DEPLOYMENT_FIELDS = ("placement", "restore_point_minutes", "auto_rollback_minutes")
+MAX_DESCRIPTION = 10_000
 MAX_FILE_BYTES = 1024 * 1024
 MAX_DOCUMENTS = 5000  # in one set
 MAX_DEPTH = 32
@@ -101,6 +107,8 @@ class Object:
     labels: dict[str, str]
     spec: dict[str, Any]
     source: Source
+    description: str = ""
+    deployment: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -149,7 +157,10 @@ def read(files: Mapping[str, str], *, environment: str | None = None) -> list[Ob
         elif document.kind != ENVIRONMENT:
             label = document.source.where(document.kind, document.name)
             spec = _substitute(document.spec, {}, variables, errors, document.source, label, "spec")
-            objects.append(replace(document, spec=spec))
+            deployment = _substitute(
+                document.deployment, {}, variables, errors, document.source, label, "deployment"
+            )
+            objects.append(replace(document, spec=spec, deployment=deployment))
     seen: dict[str, Object] = {}
     for obj in objects:
         if obj.key in seen:
@@ -230,12 +241,9 @@ def _document(data: Any, source: Source, errors: _Errors) -> Object | None:
     if isinstance(kind, str) and isinstance(name, str):
         label = source.where(kind, name)
     before = len(errors.found)
-    for key in sorted(set(data) - {"apiVersion", "kind", "name", "labels", "spec"}):
+    for key in sorted(set(data) - set(DOCUMENT_FIELDS), key=str):
         errors.add(
-            source,
-            label,
-            str(key),
-            "is not a document field (apiVersion, kind, name, labels, spec)",
+            source, label, str(key), f"is not a document field ({', '.join(DOCUMENT_FIELDS)})"
         )
     if data.get("apiVersion") != API_VERSION:
         errors.add(source, label, "apiVersion", f"must be {API_VERSION!r}")
@@ -256,9 +264,30 @@ def _document(data: Any, source: Source, errors: _Errors) -> Object | None:
         errors.add(source, label, "spec", "must be a mapping")
     elif _depth(spec) > MAX_DEPTH:
         errors.add(source, label, "spec", f"is nested more than {MAX_DEPTH} levels deep")
+    description = data.get("description", "")
+    if not isinstance(description, str) or len(description) > MAX_DESCRIPTION:
+        errors.add(source, label, "description", f"must be text of at most {MAX_DESCRIPTION:,}")
+    deployment = data.get("deployment", {})
+    if "deployment" in data and kind != "Pipeline":
+        errors.add(source, label, "deployment", "only a Pipeline has one")
+    else:
+        _check_deployment(deployment, source, label, "deployment", errors)
     if len(errors.found) > before:
         return None
-    return Object(kind, name, dict(labels), spec, source)
+    return Object(kind, name, dict(labels), spec, source, description, dict(deployment))
+
+
+def _check_deployment(value: Any, source: Source, label: str, at: str, errors: _Errors) -> None:
+    if not isinstance(value, dict):
+        errors.add(source, label, at, f"must be a mapping ({', '.join(DEPLOYMENT_FIELDS)})")
+        return
+    for key in sorted(set(value) - set(DEPLOYMENT_FIELDS), key=str):
+        errors.add(
+            source,
+            label,
+            f"{at}.{key}",
+            f"is not a deployment field ({', '.join(DEPLOYMENT_FIELDS)})",
+        )
 
 
 def _depth(value: Any, level: int = 0) -> int:
@@ -315,13 +344,17 @@ def _expand(template: Object, variables: dict, errors: _Errors) -> list[Object]:
     source = template.source
     label = source.where(TEMPLATE, template.name)
     spec = template.spec
-    for key in sorted(set(spec) - {"parameters", "pipeline", "instances", "labels"}):
-        errors.add(
-            source,
-            label,
-            f"spec.{key}",
-            "is not a template field (parameters, pipeline, instances, labels)",
-        )
+    fields = ("parameters", "pipeline", "instances", "labels", "description", "deployment")
+    for key in sorted(set(spec) - set(fields), key=str):
+        errors.add(source, label, f"spec.{key}", f"is not a template field ({', '.join(fields)})")
+    description = spec.get("description", "")
+    if not isinstance(description, str):
+        errors.add(source, label, "spec.description", "must be text")
+        description = ""
+    deployment = spec.get("deployment", {})
+    _check_deployment(deployment, source, label, "spec.deployment", errors)
+    if not isinstance(deployment, dict):
+        deployment = {}
     parameters = _parameters(spec.get("parameters", {}), source, label, errors)
     body = spec.get("pipeline")
     if not isinstance(body, dict):
@@ -362,8 +395,12 @@ def _expand(template: Object, variables: dict, errors: _Errors) -> list[Object]:
         mine = Source(source.file, source.document, template.name)
         here = mine.where("Pipeline", name)
         pipeline = _substitute(body, values, variables, errors, mine, here, "spec.pipeline")
+        text = _substitute(description, values, variables, errors, mine, here, "spec.description")
+        placed = _substitute(deployment, values, variables, errors, mine, here, "spec.deployment")
         labels = {**common_labels, **(instance.get("labels") or {}), "template": template.name}
-        out.append(Object("Pipeline", name, {**template.labels, **labels}, pipeline, mine))
+        out.append(
+            Object("Pipeline", name, {**template.labels, **labels}, pipeline, mine, text, placed)
+        )
     return out
 
 
@@ -384,7 +421,7 @@ def _parameters(data: Any, source: Source, label: str, errors: _Errors) -> dict[
             errors.add(source, label, at, "takes type, default and description only")
             continue
         if "default" in declared and not _typed(declared["default"], declared["type"]):
-            errors.add(source, label, f"{at}.default", f"must be a {declared['type']}")
+            errors.add(source, label, f"{at}.default", f"must be {_a(declared['type'])}")
             continue
         out[name] = declared
     return out
@@ -412,7 +449,7 @@ def _values(
     for name, declared in parameters.items():
         if name in given:
             if not _typed(given[name], declared["type"]):
-                errors.add(source, label, f"{at}.{name}", f"must be a {declared['type']}")
+                errors.add(source, label, f"{at}.{name}", f"must be {_a(declared['type'])}")
                 continue
             values[name] = given[name]
         elif "default" in declared:
@@ -514,3 +551,7 @@ _Loader.yaml_implicit_resolvers = {
 _Loader.add_implicit_resolver(
     _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
 )
+
+
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"

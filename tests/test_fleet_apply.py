@@ -1,0 +1,336 @@
+"""Definitions as code against a real control plane (its Postgres): plan and apply through
+POST /api/apply/, idempotence, all or nothing, prune, drift, export round trips, and every
+refusal named by file and path."""
+
+from __future__ import annotations
+
+import pytest
+
+from controlplane.connections.models import Connection
+from controlplane.definitions.models import ManagedObject, Pipeline
+
+PASSWORD = "fleet-pw-Zq81"
+
+CONNECTIONS = """
+apiVersion: controlplane/v1
+kind: Connection
+name: events
+description: the shop's cluster
+spec:
+  kind: kafka
+  settings: {bootstrap_servers: ["kafka-1:9092"]}
+---
+apiVersion: controlplane/v1
+kind: Connection
+name: warehouse
+spec:
+  kind: postgres
+  settings: {dsn: "postgresql://app@db.internal:5432/sales"}
+  secrets: {password: {env: FLEET_SECRET_WAREHOUSE}}
+"""
+
+ORDERS = """
+apiVersion: controlplane/v1
+kind: PipelineTemplate
+name: orders
+labels: {team: shop}
+spec:
+  parameters:
+    topic: {type: string}
+    interval: {type: integer, default: 5}
+  deployment: {restore_point_minutes: 60}
+  pipeline:
+    source:
+      kind: kafka
+      connection: events
+      topics: ["${params.topic}"]
+      format: json
+      schema: "id STRING, amount DOUBLE, ts TIMESTAMP"
+    sink:
+      {kind: postgres, connection: warehouse, table: "t_${params.topic}", mode: upsert, key: [id]}
+    trigger: {interval_seconds: "${params.interval}"}
+  instances:
+    - {name: orders-eu, parameters: {topic: eu}}
+    - {name: orders-us, parameters: {topic: us}}
+    - {name: orders-ap, parameters: {topic: ap, interval: 10}}
+"""
+
+FILES = {"fleet/connections.yaml": CONNECTIONS, "fleet/orders.yaml": ORDERS}
+
+
+@pytest.fixture(autouse=True)
+def _secret(monkeypatch):
+    monkeypatch.setenv("FLEET_SECRET_WAREHOUSE", PASSWORD)
+
+
+def post(api, files, **options):
+    body = {"fleet": options.pop("fleet", "shop"), "files": files, **options}
+    return api.post("/api/apply/", body, format="json")
+
+
+def actions(answer) -> dict:
+    return {f"{o['kind']}/{o['name']}": o["action"] for o in answer["objects"]}
+
+
+def test_plan_apply_and_apply_again(api):
+    plan = post(api, FILES)
+    assert plan.status_code == 200, [o.get("errors") for o in plan.json()["objects"]]
+    body = plan.json()
+    assert body["dry_run"] is True and body["applied"] is False
+    assert actions(body) == {
+        "Connection/events": "create",
+        "Connection/warehouse": "create",
+        "Pipeline/orders-ap": "create",
+        "Pipeline/orders-eu": "create",
+        "Pipeline/orders-us": "create",
+    }
+    assert (
+        not Pipeline.objects.exists() and not Connection.objects.exists()
+    )  # a plan writes nothing
+    assert PASSWORD not in plan.content.decode()
+
+    applied = post(api, FILES, dry_run=False, repository="git@example:shop", commit="a" * 40)
+    assert applied.status_code == 200, applied.json()
+    assert applied.json()["summary"]["create"] == 5
+    assert Connection.objects.get(name="warehouse").get_secrets() == {"password": PASSWORD}
+    eu = Pipeline.objects.get(name="orders-eu")
+    assert eu.labels == {"team": "shop", "template": "orders"}
+    assert eu.restore_point_minutes == 60
+    assert eu.spec["sink"]["table"] == "t_eu"
+    version = eu.versions.get()
+    assert version.source == {
+        "fleet": "shop",
+        "repository": "git@example:shop",
+        "commit": "a" * 40,
+        "path": "fleet/orders.yaml",
+        "document": 1,
+        "template": "orders",
+    }
+    assert version.created_by.username == "oncall"
+    row = ManagedObject.objects.get(kind="Pipeline", name="orders-eu")
+    assert row.fleet == "shop" and row.source["path"] == "fleet/orders.yaml"
+
+    again = post(api, FILES, dry_run=False)
+    assert again.status_code == 200
+    assert set(actions(again.json()).values()) == {"unchanged"}
+    assert Pipeline.objects.get(name="orders-eu").version == 1
+
+
+def test_export_applied_to_an_empty_control_plane_exports_the_same_bytes(api):
+    assert post(api, FILES, dry_run=False).status_code == 200
+    first = api.get("/api/export/", {"fleet": "shop"}).json()
+    assert sorted(first["files"]) == [
+        "connections/events.yaml",
+        "connections/warehouse.yaml",
+        "pipelines/orders-ap.yaml",
+        "pipelines/orders-eu.yaml",
+        "pipelines/orders-us.yaml",
+    ]
+    assert "FLEET_SECRET_WAREHOUSE" in first["files"]["connections/warehouse.yaml"]
+    assert PASSWORD not in str(first)
+    # The exported files are already what is there: unchanged everywhere.
+    same = post(api, first["files"])
+    assert set(actions(same.json()).values()) == {"unchanged"}, same.json()
+    # An empty control plane.
+    Pipeline.objects.all().delete()
+    Connection.objects.all().delete()
+    ManagedObject.objects.all().delete()
+    created = post(api, first["files"], dry_run=False)
+    assert created.status_code == 200, created.json()
+    assert set(actions(created.json()).values()) == {"create"}
+    second = api.get("/api/export/", {"fleet": "shop"}).json()
+    assert second["files"] == first["files"]  # byte for byte
+    assert set(actions(post(api, second["files"]).json()).values()) == {"unchanged"}
+
+
+def test_one_refused_object_in_fifty_leaves_nothing_applied(api):
+    instances = "\n".join(
+        f"    - {{name: p{i:02d}, parameters: {{topic: t{i}}}}}" for i in range(48)
+    )
+    files = {
+        "fleet/connections.yaml": CONNECTIONS,
+        "fleet/orders.yaml": ORDERS.split("  instances:")[0] + "  instances:\n" + instances,
+        "fleet/bad.yaml": (
+            "apiVersion: controlplane/v1\nkind: Pipeline\nname: bad\n"
+            "spec: {source: {kind: kafka, connection: events, topics: [x], format: json,"
+            " schema: 'id STRING'}, sink: {kind: postgres, connection: nowhere, table: t}}\n"
+        ),
+    }
+    answer = post(api, files, dry_run=False)
+    assert answer.status_code == 400
+    body = answer.json()
+    assert body["applied"] is False and body["summary"]["refused"] == 1
+    assert body["summary"]["create"] == 50  # what the others would have been
+    bad = next(o for o in body["objects"] if o["name"] == "bad")
+    assert bad["file"] == "fleet/bad.yaml" and bad["document"] == 1
+    assert [e["path"] for e in bad["errors"]] == ["spec.sink.connection"]
+    assert "no connection named 'nowhere'" in bad["errors"][0]["message"]
+    assert not Pipeline.objects.exists()
+    assert not Connection.objects.exists()
+    assert not ManagedObject.objects.exists()
+
+
+def test_every_refusal_names_its_file_and_path(api, monkeypatch):
+    monkeypatch.delenv("FLEET_SECRET_WAREHOUSE")
+    files = {
+        "fleet/connections.yaml": CONNECTIONS.replace(
+            "settings: {bootstrap_servers", "settings: {nonsense: 1, bootstrap_servers"
+        )
+        + """---
+apiVersion: controlplane/v1
+kind: Connection
+name: leaky
+spec:
+  kind: postgres
+  settings: {dsn: "postgresql://app:hunter2@db:5432/x"}
+---
+apiVersion: controlplane/v1
+kind: Connection
+name: greedy
+spec:
+  kind: postgres
+  settings: {dsn: "postgresql://app@db:5432/x"}
+  secrets: {password: {env: DATABASE_URL}}
+""",
+        "fleet/orders.yaml": ORDERS.replace("table: ", "tabel: "),
+    }
+    answer = post(api, files)
+    assert answer.status_code == 400
+    body = answer.json()
+    errors = {
+        f"{o['file']}#{o['document']} {e['path']}": e["message"]
+        for o in body["objects"]
+        for e in o.get("errors", [])
+    }
+    assert "fleet/connections.yaml#1 spec.settings.nonsense" in errors
+    assert errors["fleet/connections.yaml#2 spec.secrets.password"] == (
+        "env: FLEET_SECRET_WAREHOUSE is not set in the control plane's environment"
+    )
+    assert "holds a secret (password)" in errors["fleet/connections.yaml#3 spec.settings"]
+    assert (
+        "does not begin with 'FLEET_SECRET_'"
+        in errors["fleet/connections.yaml#4 spec.secrets.password"]
+    )
+    assert "hunter2" not in str(body)
+    # A template instance's problem is at the template's path.
+    assert "fleet/orders.yaml#1 spec.pipeline.sink.tabel" in errors
+    assert "fleet/orders.yaml#1 spec.pipeline.sink.table" in errors
+    # The files' own problems come first, each with its file, document and path.
+    broken = {"fleet/orders.yaml": ORDERS.replace("interval: 10}", "interval: ten}")}
+    answer = post(api, broken)
+    assert answer.status_code == 400
+    assert answer.json()["errors"] == [
+        {
+            "file": "fleet/orders.yaml",
+            "document": "document 1 (PipelineTemplate orders)",
+            "path": "spec.instances[2].parameters.interval",
+            "message": "must be an integer",
+        }
+    ]
+    assert answer.json()["objects"] == []
+
+
+def test_prune_deletes_only_the_fleets_own_objects(api):
+    assert post(api, FILES, dry_run=False).status_code == 200
+    # Another pipeline, made through the API (no fleet's), on the same connections.
+    made = api.post(
+        "/api/pipelines/",
+        {"name": "by-hand", "spec": Pipeline.objects.get(name="orders-eu").spec},
+        format="json",
+    )
+    assert made.status_code == 201, made.json()
+    fewer = {
+        **FILES,
+        "fleet/orders.yaml": ORDERS.replace(
+            "    - {name: orders-ap, parameters: {topic: ap, interval: 10}}\n", ""
+        ),
+    }
+    kept = post(api, fewer, dry_run=False).json()
+    assert actions(kept)["Pipeline/orders-ap"] == "left"  # without prune: kept
+    assert Pipeline.objects.filter(name="orders-ap").exists()
+    plan = post(api, fewer, prune=True).json()
+    assert actions(plan)["Pipeline/orders-ap"] == "delete"
+    assert "Pipeline/by-hand" not in actions(plan)
+    pruned = post(api, fewer, dry_run=False, prune=True)
+    assert pruned.status_code == 200, pruned.json()
+    assert sorted(Pipeline.objects.values_list("name", flat=True)) == [
+        "by-hand",
+        "orders-eu",
+        "orders-us",
+    ]
+    assert not ManagedObject.objects.filter(name="orders-ap").exists()
+    # Another fleet cannot take an object this one manages.
+    other = post(api, {"f.yaml": CONNECTIONS}, fleet="other").json()
+    assert {e["message"] for o in other["objects"] for e in o.get("errors", [])} == {
+        "Connection/events is managed by fleet 'shop'",
+        "Connection/warehouse is managed by fleet 'shop'",
+    }
+
+
+def test_a_change_through_the_api_is_drift_the_next_plan_shows(api):
+    assert post(api, FILES, dry_run=False).status_code == 200
+    assert api.get("/api/fleet/", {"drifted": "true"}).json()["count"] == 0
+    patched = api.patch(
+        "/api/pipelines/orders-us/", {"labels": {"team": "ops"}, "placement": "auto"}, format="json"
+    )
+    assert patched.status_code == 200, patched.json()
+    fleet = api.get("/api/fleet/", {"drifted": "true"}).json()
+    assert fleet["count"] == 1
+    (row,) = fleet["results"]
+    assert row["kind"] == "Pipeline" and row["name"] == "orders-us" and row["fleet"] == "shop"
+    assert {"path": "labels.team", "before": "shop", "after": "ops"} in row["drifted"]
+    assert {"path": "deployment.placement", "after": "auto"} in row["drifted"]
+    assert row["source"]["path"] == "fleet/orders.yaml"
+    # The periodic check marks it (what Prometheus and the alert rule read).
+    from django.utils import timezone
+
+    from controlplane.fleet import drift
+
+    assert drift.check(timezone.now()) == {"drifted": 1, "cleared": 0}
+    assert ManagedObject.objects.get(name="orders-us").drifted_at is not None
+    plan = post(api, FILES).json()
+    us = next(o for o in plan["objects"] if o["name"] == "orders-us")
+    assert us["action"] == "update"
+    assert {"path": "labels.team", "before": "shop", "after": "ops"} in us["drifted"]
+    assert {"path": "labels.team", "before": "ops", "after": "shop"} in us["changes"]
+    assert post(api, FILES, dry_run=False).status_code == 200
+    assert api.get("/api/fleet/", {"drifted": "true"}).json()["count"] == 0
+    assert ManagedObject.objects.get(name="orders-us").drifted_at is None  # applied again
+    assert drift.check(timezone.now()) == {"drifted": 0, "cleared": 0}
+    # A secret changed through the API is drift too (its value never shown).
+    api.patch("/api/connections/warehouse/", {"secrets": {"password": "other"}}, format="json")
+    (row,) = api.get("/api/fleet/", {"drifted": "true"}).json()["results"]
+    assert row["drifted"] == [{"path": "secrets", "message": "changed since it was last applied"}]
+    plan = post(api, FILES).json()
+    warehouse = next(o for o in plan["objects"] if o["name"] == "warehouse")
+    assert warehouse["action"] == "update"
+    assert warehouse["secrets_changed"] == ["secrets.password"]
+
+
+def test_a_template_change_updates_each_instance_and_restarts_the_running_ones(api):
+    from tests.runs import with_current_run
+
+    assert post(api, FILES, dry_run=False).status_code == 200
+    with_current_run(Pipeline.objects.get(name="orders-eu"))
+    with_current_run(Pipeline.objects.get(name="orders-ap"))
+    changed = {**FILES, "fleet/orders.yaml": ORDERS.replace("default: 5", "default: 7")}
+    plan = post(api, changed).json()
+    # orders-ap sets its own interval: only the two on the default change.
+    assert {o["name"]: o["action"] for o in plan["objects"] if o["kind"] == "Pipeline"} == {
+        "orders-eu": "update",
+        "orders-us": "update",
+        "orders-ap": "unchanged",
+    }
+    eu = next(o for o in plan["objects"] if o["name"] == "orders-eu")
+    assert eu["changes"] == [{"path": "spec.trigger.interval_seconds", "before": 5, "after": 7}]
+    assert eu["restart"] is True and eu["restore_point"] is False
+    us = next(o for o in plan["objects"] if o["name"] == "orders-us")
+    assert us["restart"] is False
+    assert Pipeline.objects.get(name="orders-eu").generation == 1  # the plan did nothing
+    applied = post(api, changed, dry_run=False)
+    assert applied.status_code == 200, applied.json()
+    eu, us, ap = (Pipeline.objects.get(name=n) for n in ("orders-eu", "orders-us", "orders-ap"))
+    assert (eu.version, eu.generation, eu.status) == (2, 2, "restarting")
+    assert (us.version, us.generation) == (2, 0)
+    assert (ap.version, ap.generation) == (1, 1)
+    assert eu.audit.filter(action="restart").get().reason.startswith("applied from files")
