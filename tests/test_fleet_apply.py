@@ -334,3 +334,132 @@ def test_a_template_change_updates_each_instance_and_restarts_the_running_ones(a
     assert (us.version, us.generation) == (2, 0)
     assert (ap.version, ap.generation) == (1, 1)
     assert eu.audit.filter(action="restart").get().reason.startswith("applied from files")
+
+
+ALERTING = """
+apiVersion: controlplane/v1
+kind: AlertChannel
+name: oncall-hook
+spec:
+  kind: webhook
+  target: {env: FLEET_SECRET_HOOK_URL}
+  signing_key: {file: hook-key}
+---
+apiVersion: controlplane/v1
+kind: AlertRule
+name: eu-stuck
+spec:
+  kind: no-commit
+  params: {minutes: 15}
+  pipeline: orders-eu
+  channels: [oncall-hook]
+---
+apiVersion: controlplane/v1
+kind: SparkApplication
+name: small-jobs
+description: the shop's shared application
+spec: {driver_memory: 1g, capacity: 10, conf: {spark.sql.shuffle.partitions: 4}}
+"""
+
+
+def test_applications_and_alerting_need_an_admin_and_their_secrets_come_from_the_store(
+    api, django_user_model, monkeypatch, settings, tmp_path
+):
+    from controlplane.alerting.models import AlertChannel, AlertRule
+    from controlplane.definitions.models import SparkApplication
+    from tests.clients import client_as
+
+    hook = "https://hooks.example.com/alerts?token=sEcReTpAtH"
+    monkeypatch.setenv("FLEET_SECRET_HOOK_URL", hook)
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "hook-key").write_text("signing-key-9\n")
+    settings.CONTROLPLANE_FLEET_SECRETS_DIR = str(tmp_path / "store")
+    files = {**FILES, "fleet/alerting.yaml": ALERTING}
+    # An editor may not apply what only admins define: the set is refused, saying so.
+    body = post(api, files, dry_run=False).json()
+    refused = {o["name"]: o["errors"] for o in body["objects"] if o["action"] == "refused"}
+    assert refused == {
+        "small-jobs": [
+            {"path": "kind", "message": "applying a SparkApplication needs the admin role"}
+        ],
+        "oncall-hook": [
+            {"path": "kind", "message": "applying an AlertChannel needs the admin role"}
+        ],
+        # What names the refused channel is refused too, by the API's own validator.
+        "eu-stuck": [
+            {"path": "spec.channels", "message": "Object with name=oncall-hook does not exist."}
+        ],
+    }
+    assert not Pipeline.objects.exists()
+    admin = client_as(django_user_model, "admin")
+    applied = post(admin, files, dry_run=False)
+    assert applied.status_code == 200, applied.json()
+    channel = AlertChannel.objects.get(name="oncall-hook")
+    assert channel.get_url() == hook and channel.get_signing_key() == "signing-key-9"
+    assert "sEcReTpAtH" not in channel.target and "sEcReTpAtH" not in applied.content.decode()
+    rule = AlertRule.objects.get(name="eu-stuck")
+    assert rule.pipeline.name == "orders-eu" and [c.name for c in rule.channels.all()] == [
+        "oncall-hook"
+    ]
+    app = SparkApplication.objects.get(name="small-jobs")
+    assert (app.driver_memory, app.capacity, app.conf) == (
+        "1g",
+        10,
+        {"spark.sql.shuffle.partitions": "4"},
+    )
+    assert set(actions(post(admin, files).json()).values()) == {"unchanged"}
+    exported = admin.get("/api/export/", {"fleet": "shop"}).json()["files"]
+    assert "env: FLEET_SECRET_HOOK_URL" in exported["alert-channels/oncall-hook.yaml"]
+    assert "file: hook-key" in exported["alert-channels/oncall-hook.yaml"]
+    # The key rotated in the store: the next plan updates the channel, showing no value.
+    (tmp_path / "store" / "hook-key").write_text("signing-key-10\n")
+    plan = post(admin, files).json()
+    hook_entry = next(o for o in plan["objects"] if o["name"] == "oncall-hook")
+    assert hook_entry["action"] == "update"
+    assert hook_entry["secrets_changed"] == ["signing_key", "target"]
+    assert "signing-key-10" not in str(plan)
+    # A file outside the store's directory cannot be named.
+    bad = post(admin, {**files, "fleet/alerting.yaml": ALERTING.replace("hook-key", "../x")})
+    entry = next(o for o in bad.json()["objects"] if o["name"] == "oncall-hook")
+    assert entry["errors"][0]["path"] == "spec.signing_key"
+    assert "is not a secret's name" in entry["errors"][0]["message"]
+
+
+def test_two_applies_at_once_one_waits_and_none_interleave(api, settings):
+    """An apply waits for the one holding the lock (here, another session holding it) and
+    goes on when it is released; if it is held past CONTROLPLANE_FLEET_LOCK_SECONDS, the
+    apply is refused with 409 and nothing is written."""
+    import threading
+
+    import psycopg
+    from django.db import connection
+
+    from controlplane.fleet.apply import LOCK
+
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    holder = psycopg.connect(**params, autocommit=True)
+    try:
+        holder.execute("SELECT pg_advisory_lock(%s)", [LOCK])
+        settings.CONTROLPLANE_FLEET_LOCK_SECONDS = 0.5
+        busy = post(api, FILES, dry_run=False)
+        assert busy.status_code == 409
+        assert busy.json() == {
+            "detail": "another apply is in progress; try again once it has finished"
+        }
+        assert not Pipeline.objects.exists()
+        settings.CONTROLPLANE_FLEET_LOCK_SECONDS = 30
+        released = threading.Event()
+
+        def release() -> None:
+            holder.execute("SELECT pg_advisory_unlock(%s)", [LOCK])
+            released.set()
+
+        threading.Timer(1.0, release).start()
+        waited = post(api, FILES, dry_run=False)
+        assert released.is_set()  # it went on only once the other let go
+        assert waited.status_code == 200, waited.json()
+        assert Pipeline.objects.count() == 3
+    finally:
+        holder.close()

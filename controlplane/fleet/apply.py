@@ -168,7 +168,11 @@ def run(request: Request, *, user, now: datetime) -> Result:
                 if not has_role(user, kind.role):
                     entry.action = "refused"
                     entry.errors.append(
-                        {"path": "kind", "message": f"applying a {name} needs the {kind.role} role"}
+                        {
+                            "path": "kind",
+                            "message": f"applying {documents.a_noun(name)} needs the"
+                            f" {kind.role} role",
+                        }
                     )
                     continue
                 _object(kind, obj, instances.get(obj.name), managed, entry, request, ctx)
@@ -320,7 +324,10 @@ def _object(
 def _delete(kind: Kind, row: ManagedObject, entry: Entry, user, ctx: Context) -> None:
     entry.action = "delete"
     if not has_role(user, kind.role):
-        _refuse(entry, {"kind": [f"deleting a {kind.kind} needs the {kind.role} role"]})
+        _refuse(
+            entry,
+            {"kind": [f"deleting {documents.a_noun(kind.kind)} needs the {kind.role} role"]},
+        )
         return
     instance = kind.model.objects.filter(name=row.name).first()
     try:

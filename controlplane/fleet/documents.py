@@ -421,7 +421,7 @@ def _parameters(data: Any, source: Source, label: str, errors: _Errors) -> dict[
             errors.add(source, label, at, "takes type, default and description only")
             continue
         if "default" in declared and not _typed(declared["default"], declared["type"]):
-            errors.add(source, label, f"{at}.default", f"must be {_a(declared['type'])}")
+            errors.add(source, label, f"{at}.default", f"must be {a_noun(declared['type'])}")
             continue
         out[name] = declared
     return out
@@ -449,7 +449,7 @@ def _values(
     for name, declared in parameters.items():
         if name in given:
             if not _typed(given[name], declared["type"]):
-                errors.add(source, label, f"{at}.{name}", f"must be {_a(declared['type'])}")
+                errors.add(source, label, f"{at}.{name}", f"must be {a_noun(declared['type'])}")
                 continue
             values[name] = given[name]
         elif "default" in declared:
@@ -553,5 +553,5 @@ _Loader.add_implicit_resolver(
 )
 
 
-def _a(noun: str) -> str:
-    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
+def a_noun(noun: str) -> str:
+    return f"an {noun}" if noun[:1].lower() in ("a", "e", "i", "o", "u") else f"a {noun}"
