@@ -82,6 +82,7 @@ INSTALLED_APPS = [
     "controlplane.supervision",
     "controlplane.observability",
     "controlplane.alerting",
+    "controlplane.fleet",
 ]
 
 MIDDLEWARE = [
@@ -264,6 +265,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "controlplane.alerting.tasks.deliver_alerts",
         "schedule": 5.0,
         "options": {"expires": 5.0},
+    },
+    "fleet-drift": {
+        "task": "controlplane.fleet.tasks.check_drift",
+        "schedule": 60.0,
+        "options": {"expires": 60.0},
     },
     "auto-rollback": {
         "task": "controlplane.supervision.tasks.auto_rollback",

@@ -131,16 +131,34 @@ def test_each_kind_says_why_it_holds(kind, params, given, expected):
 def test_the_control_plane_rule_watches_the_tick_and_the_collector():
     assert (
         rules.control_plane_holds(
-            {"minutes": 2}, ControlPlaneFacts(ago(seconds=30), ago(seconds=20)), NOW
+            "control-plane",
+            {"minutes": 2},
+            ControlPlaneFacts(ago(seconds=30), ago(seconds=20)),
+            NOW,
         )
         is None
     )
     assert rules.control_plane_holds(
-        {"minutes": 2}, ControlPlaneFacts(ago(minutes=5), None), NOW
+        "control-plane", {"minutes": 2}, ControlPlaneFacts(ago(minutes=5), None), NOW
     ) == ("the reconcile tick has not run for 5 min")
     assert rules.control_plane_holds(
-        {"minutes": 2}, ControlPlaneFacts(None, ago(minutes=3)), NOW
+        "control-plane", {"minutes": 2}, ControlPlaneFacts(None, ago(minutes=3)), NOW
     ) == ("the reconcile tick has not run yet; the metrics collector has not run for 3 min")
+
+
+def test_the_fleet_drift_rule_names_what_drifted_longer_than_its_minutes():
+    fresh = ControlPlaneFacts(NOW, NOW, drifted=(("Pipeline/a", "shop", ago(minutes=1)),))
+    assert rules.control_plane_holds("fleet-drift", {"minutes": 5}, fresh, NOW) is None
+    old = ControlPlaneFacts(
+        NOW,
+        NOW,
+        drifted=tuple((f"Pipeline/p{i}", "shop", ago(minutes=30 - i)) for i in range(7)),
+    )
+    assert rules.control_plane_holds("fleet-drift", {"minutes": 5}, old, NOW) == (
+        "7 objects differ from their fleet's files: Pipeline/p0 (fleet shop, for 30 min),"
+        " Pipeline/p1 (fleet shop, for 29 min), Pipeline/p2 (fleet shop, for 28 min),"
+        " Pipeline/p3 (fleet shop, for 27 min), Pipeline/p4 (fleet shop, for 26 min) and 2 more"
+    )
 
 
 @pytest.mark.parametrize(

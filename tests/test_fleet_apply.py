@@ -463,3 +463,52 @@ def test_two_applies_at_once_one_waits_and_none_interleave(api, settings):
         assert Pipeline.objects.count() == 3
     finally:
         holder.close()
+
+
+def test_drift_reaches_prometheus_and_the_fleet_drift_alert_rule(api, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from controlplane.alerting import engine
+    from controlplane.alerting.models import Alert, AlertRule
+    from controlplane.fleet import drift
+
+    assert post(api, FILES, dry_run=False).status_code == 200
+    rule = AlertRule.objects.create(name="drift", kind="fleet-drift", params={"minutes": 10})
+    scrape = api.get("/metrics").content.decode()
+    assert 'cp_fleet_object_drifted{fleet="shop",kind="Pipeline",name="orders-us"} 0.0' in scrape
+    api.patch("/api/pipelines/orders-us/", {"description": "by hand"}, format="json")
+    then = timezone.now()
+    drift.check(then)
+    scrape = api.get("/metrics").content.decode()
+    assert 'cp_fleet_object_drifted{fleet="shop",kind="Pipeline",name="orders-us"} 1.0' in scrape
+    assert 'cp_fleet_object_drifted{fleet="shop",kind="Pipeline",name="orders-eu"} 0.0' in scrape
+    engine.evaluate(then + timedelta(minutes=5))
+    assert not Alert.objects.filter(rule=rule, state="firing").exists()  # not for 10 min yet
+    engine.evaluate(then + timedelta(minutes=11))
+    alert = Alert.objects.get(rule=rule)
+    assert alert.state == "firing"
+    assert alert.message == (
+        "1 object differs from its fleet's files: Pipeline/orders-us (fleet shop, for 11 min)"
+    )
+
+
+def test_the_pipeline_page_says_where_it_is_kept_and_how_it_drifted(api, django_user_model):
+    from tests.clients import client_with
+
+    applied = post(api, FILES, dry_run=False, repository="git@example:shop", commit="b" * 40)
+    assert applied.status_code == 200
+    page = client_with(django_user_model, "viewer")
+    html = page.get("/pipelines/orders-eu/").content.decode()
+    assert (
+        "Kept in fleet <strong>shop</strong>'s files: fleet/orders.yaml (template orders)"
+        in html
+    )
+    assert "git@example:shop at bbbbbbbbbbbb" in html
+    assert "Drifted" not in html
+    api.patch("/api/pipelines/orders-eu/", {"labels": {"team": "ops"}}, format="json")
+    html = page.get("/pipelines/orders-eu/").content.decode()
+    assert "<strong>Drifted:</strong>" in html
+    assert "<li><code>labels.team: &quot;shop&quot; -&gt; &quot;ops&quot;</code></li>" in html
+    assert "Kept in fleet" not in page.get("/pipelines/nothing/").content.decode()

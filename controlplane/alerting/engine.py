@@ -16,6 +16,7 @@ from django.db.models import Max
 from controlplane.definitions import services
 from controlplane.definitions.models import (
     Failure,
+    ManagedObject,
     Pipeline,
     PipelineFigures,
     ReconcilerState,
@@ -74,7 +75,11 @@ def evaluate(now: datetime) -> dict:
 
 def _subjects(rule: AlertRule, facts: dict, plane, now: datetime):
     if not rules.KINDS[rule.kind].about_pipelines:
-        yield rules.CONTROL_PLANE, None, rules.control_plane_holds(rule.params, plane, now)
+        yield (
+            rules.CONTROL_PLANE,
+            None,
+            rules.control_plane_holds(rule.kind, rule.params, plane, now),
+        )
         return
     for pipeline_id, (name, pipeline_facts, labels) in facts.items():
         if applies(rule, pipeline_id, labels):
@@ -356,7 +361,13 @@ def state_growth(pipeline: Pipeline, now: datetime) -> dict:
 def _control_plane_facts() -> rules.ControlPlaneFacts:
     tick = ReconcilerState.objects.filter(id=1).values_list("last_tick_at", flat=True).first()
     collected = PipelineFigures.objects.aggregate(at=Max("collected_at"))["at"]
-    return rules.ControlPlaneFacts(last_tick_at=tick, last_collected_at=collected)
+    drifted = tuple(
+        (f"{kind}/{name}", fleet, since)
+        for kind, name, fleet, since in ManagedObject.objects.filter(drifted_at__isnull=False)
+        .order_by("drifted_at", "kind", "name")
+        .values_list("kind", "name", "fleet", "drifted_at")
+    )
+    return rules.ControlPlaneFacts(last_tick_at=tick, last_collected_at=collected, drifted=drifted)
 
 
 class AlertFigures:

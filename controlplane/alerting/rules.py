@@ -67,6 +67,12 @@ KINDS: dict[str, RuleKind] = {
         positive=("minutes",),
         writers_over="minutes",
     ),
+    "fleet-drift": RuleKind(
+        ("minutes",),
+        "an object kept in a fleet's files was changed outside them (drifted) more than N"
+        " minutes ago and is still so",
+        about_pipelines=False,
+    ),
     "control-plane": RuleKind(
         ("minutes",),
         "the control plane's reconcile tick or metrics collector has not run for N minutes",
@@ -107,6 +113,8 @@ class Facts:
 class ControlPlaneFacts:
     last_tick_at: datetime | None
     last_collected_at: datetime | None
+    # Objects drifted from their fleet's files: (Kind/name, fleet, since), oldest first.
+    drifted: tuple[tuple[str, str, datetime], ...] = ()
 
 
 def params_problem(kind: str, params: dict) -> str | None:
@@ -273,7 +281,14 @@ def holds(kind: str, params: dict, facts: Facts, now: datetime) -> str | None:
     return check(params, facts, now)
 
 
-def control_plane_holds(params: dict, facts: ControlPlaneFacts, now: datetime) -> str | None:
+def control_plane_holds(
+    kind: str, params: dict, facts: ControlPlaneFacts, now: datetime
+) -> str | None:
+    """Why a control-plane rule of `kind` holds, or None."""
+    return _PLANE_CONDITIONS[kind](params, facts, now)
+
+
+def _stale(params: dict, facts: ControlPlaneFacts, now: datetime) -> str | None:
     """Why the control plane itself is unhealthy, or None. The collector counts once it has
     stored anything (with no pipeline it has nothing to store)."""
     limit = timedelta(minutes=params["minutes"])
@@ -286,6 +301,24 @@ def control_plane_holds(params: dict, facts: ControlPlaneFacts, now: datetime) -
             f"the metrics collector has not run for {_minutes(now - facts.last_collected_at)}"
         )
     return "; ".join(stale) or None
+
+
+def _drifted(params: dict, facts: ControlPlaneFacts, now: datetime) -> str | None:
+    """Which objects have been drifted from their fleet's files for longer than N minutes
+    (at most 5 named, the oldest first), or None."""
+    limit = timedelta(minutes=params["minutes"])
+    old = [(key, fleet, since) for key, fleet, since in facts.drifted if now - since > limit]
+    if not old:
+        return None
+    named = ", ".join(
+        f"{key} (fleet {fleet}, for {_minutes(now - since)})" for key, fleet, since in old[:5]
+    )
+    more = f" and {len(old) - 5} more" if len(old) > 5 else ""
+    noun = "object differs from its" if len(old) == 1 else "objects differ from their"
+    return f"{len(old)} {noun} fleet's files: {named}{more}"
+
+
+_PLANE_CONDITIONS = {"control-plane": _stale, "fleet-drift": _drifted}
 
 
 @dataclass(frozen=True)

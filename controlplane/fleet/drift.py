@@ -5,6 +5,7 @@ Prometheus gauge and the `fleet-drift` alert rule)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -28,6 +29,17 @@ def drift(row: ManagedObject, state: tuple[dict, str] | None) -> list[dict]:
     if digest(row.document, state[1]) != row.digest:
         found.append({"path": "secrets", "message": "changed since it was last applied"})
     return found
+
+
+def in_words(change: dict) -> str:
+    """One change (diff.changes' or drift's) as a line: `path: before -> after`."""
+    if "message" in change:
+        return f"{change['path'] or '(the object)'}: {change['message']}"
+
+    def shown(key: str) -> str:
+        return json.dumps(change[key], sort_keys=True) if key in change else "(none)"
+
+    return f"{change['path']}: {shown('before')} -> {shown('after')}"
 
 
 @dataclass

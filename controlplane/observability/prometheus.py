@@ -13,6 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from controlplane.definitions.models import (
     ApplicationStatus,
+    ManagedObject,
     Pipeline,
     PipelineFigures,
     ReconcilerState,
@@ -117,6 +118,12 @@ FAMILIES = [
     ),
     ("cp_application_cpu_percent", "gauge", "CPU of the application's process tree (100: a core)"),
     ("cp_application_restarts_total", "counter", "launches of the application after a loss"),
+    (
+        "cp_fleet_object_drifted",
+        "gauge",
+        "1 when an object kept in a fleet's files was changed outside them (as the periodic"
+        " drift check last saw it), 0 when it is as last applied",
+    ),
 ]
 
 
@@ -195,6 +202,11 @@ class StoredFigures:
             add("cp_last_batch_id", who, figures["checkpoint"]["last_batch_id"])
         _state(add, names, state_figures.current(names))
         _applications(add)
+        for kind, name, fleet, drifted_at in ManagedObject.objects.order_by(
+            "kind", "name"
+        ).values_list("kind", "name", "fleet", "drifted_at"):
+            who = {"kind": kind, "name": name, "fleet": fleet}
+            add("cp_fleet_object_drifted", who, int(drifted_at is not None))
         state = ReconcilerState.objects.filter(id=1).first()
         if state and state.last_tick_at:
             add(

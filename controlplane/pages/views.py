@@ -21,11 +21,13 @@ from controlplane.connections.masking import known_secrets, mask
 from controlplane.definitions import preflight, services
 from controlplane.definitions.models import (
     AuditEntry,
+    ManagedObject,
     Pipeline,
     ReconcilerState,
     RestorePoint,
     RunState,
 )
+from controlplane.fleet import drift
 from controlplane.observability import dead_letters, metrics, state, writer_schemas
 from controlplane.observability.assess import assess_one
 from controlplane.supervision import (
@@ -140,6 +142,7 @@ def pipeline_page(request, name: str):
             "restore_points": points,
             **_offsets(pipeline),
             "spec_json": json.dumps(pipeline.spec, indent=2, sort_keys=True),
+            "managed": _managed(pipeline),
             "audit": AuditEntry.objects.filter(pipeline_name=pipeline.name).order_by("-at")[:20],
             **_driver_log(request, status["run"]),
             "controls": controls_here,
@@ -151,6 +154,20 @@ def pipeline_page(request, name: str):
             ),
         },
     )
+
+
+def _managed(pipeline: Pipeline) -> dict | None:
+    """Where its definition is kept when a fleet's files manage it (fleet, source, who last
+    applied it and when), and how it has drifted from them now (what differs)."""
+    row = (
+        ManagedObject.objects.filter(kind="Pipeline", name=pipeline.name)
+        .select_related("applied_by")
+        .first()
+    )
+    if row is None:
+        return None
+    (seen,) = drift.survey([row])
+    return {"row": row, "drifted": [drift.in_words(change) for change in seen.changes]}
 
 
 def _state(pipeline: Pipeline, now) -> dict:
