@@ -502,8 +502,7 @@ def test_the_pipeline_page_says_where_it_is_kept_and_how_it_drifted(api, django_
     page = client_with(django_user_model, "viewer")
     html = page.get("/pipelines/orders-eu/").content.decode()
     assert (
-        "Kept in fleet <strong>shop</strong>'s files: fleet/orders.yaml (template orders)"
-        in html
+        "Kept in fleet <strong>shop</strong>'s files: fleet/orders.yaml (template orders)" in html
     )
     assert "git@example:shop at bbbbbbbbbbbb" in html
     assert "Drifted" not in html
