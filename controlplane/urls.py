@@ -17,7 +17,7 @@ from controlplane.api.reports import (
     RunHeartbeat,
     RunProgress,
 )
-from controlplane.fleet.views import Apply, Export, Fleet
+from controlplane.fleet.views import Apply, Export, Fleet, Schema
 
 router = DefaultRouter()
 router.register("connections", ConnectionViewSet, basename="connection")
@@ -39,6 +39,7 @@ api_patterns = [
     path("apply/", Apply.as_view(), name="apply"),
     path("export/", Export.as_view(), name="export"),
     path("fleet/", Fleet.as_view(), name="fleet"),
+    path("fleet/schema/", Schema.as_view(), name="fleet-schema"),
     path("runs/<int:run_id>/heartbeat/", RunHeartbeat.as_view(), name="run-heartbeat"),
     path("runs/<int:run_id>/progress/", RunProgress.as_view(), name="run-progress"),
     path("runs/<int:run_id>/exit/", RunExit.as_view(), name="run-exit"),

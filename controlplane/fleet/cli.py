@@ -5,6 +5,7 @@
     cpfleet apply  [PATH ...] --fleet NAME [--environment ENV] [--prune] [--yes]
     cpfleet diff   [PATH ...] --fleet NAME [--environment ENV]    what differs, in full
     cpfleet export --out DIR [--fleet NAME] [--kind KIND ...]
+    cpfleet schema                                                the files' JSON Schema
 
 PATHs are YAML files or directories (their *.yaml and *.yml, recursively; default `.`),
 named in messages as given. The control plane is --url (or CONTROLPLANE_URL); its API token
@@ -411,6 +412,13 @@ def cmd_export(args) -> int:
     return OK
 
 
+def cmd_schema(args) -> int:
+    from .schema import document_schema
+
+    print(json.dumps(document_schema(), indent=2, sort_keys=True))
+    return OK
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="cpfleet", description="A fleet's files against a control plane."
@@ -459,6 +467,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fleet", help="only this fleet's objects")
     p.add_argument("--kind", action="append", help="only objects of this kind (repeatable)")
     p.set_defaults(run=cmd_export)
+    p = commands.add_parser("schema", help="print the files' JSON Schema (for editors)")
+    p.set_defaults(run=cmd_schema)
     return top
 
 

@@ -17,6 +17,7 @@ from controlplane.definitions.models import ManagedObject
 
 from . import apply, documents, drift, export
 from .kinds import ORDER
+from .schema import document_schema
 
 MAX_FILES = 5000
 
@@ -177,3 +178,11 @@ class Fleet(APIView):
             )
         out.sort(key=lambda o: (ORDER.index(o["kind"]), o["name"]))
         return Response({"count": len(out), "results": out})
+
+
+class Schema(APIView):
+    """The fleet's files as JSON Schema (draft 2020-12), for editors: one document."""
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def get(self, request) -> Response:
+        return Response(document_schema())
