@@ -511,3 +511,73 @@ def test_the_pipeline_page_says_where_it_is_kept_and_how_it_drifted(api, django_
     assert "<strong>Drifted:</strong>" in html
     assert "<li><code>labels.team: &quot;shop&quot; -&gt; &quot;ops&quot;</code></li>" in html
     assert "Kept in fleet" not in page.get("/pipelines/nothing/").content.decode()
+
+
+def test_the_plan_carries_the_preflight_and_a_restart_it_fails_is_refused_unless_forced(
+    api, settings, kafka_bootstrap, sink_dsn
+):
+    from tests.runs import with_current_run
+
+    settings.CONTROLPLANE_PREFLIGHT = "refuse"
+    settings.CONTROLPLANE_PREFLIGHT_TIMEOUT = 3.0
+    connections = (
+        CONNECTIONS.replace("kafka-1:9092", kafka_bootstrap)
+        .replace("postgresql://app@db.internal:5432/sales", sink_dsn)
+        .replace("  secrets: {password: {env: FLEET_SECRET_WAREHOUSE}}\n", "")
+    )
+    files = {"fleet/connections.yaml": connections, "fleet/orders.yaml": ORDERS}
+    plan = post(api, files)
+    assert plan.status_code == 200, plan.json()  # a new pipeline is not started: not refused
+    eu = next(o for o in plan.json()["objects"] if o["name"] == "orders-eu")
+    assert eu["preflight"]["ok"] is False
+    assert "source.topics[0]" in eu["preflight"]["errors"]  # no topic "eu" on the broker
+    assert post(api, files, dry_run=False).status_code == 200
+    with_current_run(Pipeline.objects.get(name="orders-eu"))
+    changed = {**files, "fleet/orders.yaml": ORDERS.replace("default: 5", "default: 8")}
+    refused = post(api, changed, dry_run=False)
+    assert refused.status_code == 400
+    eu = next(o for o in refused.json()["objects"] if o["name"] == "orders-eu")
+    assert eu["action"] == "refused"
+    assert eu["errors"] == [
+        {
+            "path": "",
+            "message": "its preflight finds errors and it would restart: fix them, or apply"
+            " with force",
+        }
+    ]
+    assert Pipeline.objects.get(name="orders-us").version == 1  # nothing applied
+    forced = post(api, changed, dry_run=False, force=True)
+    assert forced.status_code == 200, forced.json()
+    assert Pipeline.objects.get(name="orders-eu").generation == 2
+
+
+def test_adopting_objects_made_elsewhere_is_an_export_and_an_apply(
+    api, kafka_connection, postgres_connection, monkeypatch
+):
+    from tests.factories import valid_spec
+
+    assert api.post("/api/pipelines/", {"name": "orders", "spec": valid_spec()}, format="json")
+    api.patch("/api/connections/warehouse/", {"secrets": {"password": "pw-1"}}, format="json")
+    exported = api.get("/api/export/").json()
+    assert sorted(exported["files"]) == [
+        "connections/events.yaml",
+        "connections/warehouse.yaml",
+        "pipelines/orders.yaml",
+    ]
+    assert exported["notes"] == [
+        "Connection/warehouse: secrets.password is written as {env:"
+        " FLEET_SECRET_WAREHOUSE_PASSWORD}: set that variable in the control plane's"
+        " environment before applying"
+    ]
+    refused = post(api, exported["files"], dry_run=False).json()
+    assert refused["refused"] and not ManagedObject.objects.exists()
+    monkeypatch.setenv("FLEET_SECRET_WAREHOUSE_PASSWORD", "pw-1")
+    adopted = post(api, exported["files"], dry_run=False)
+    assert adopted.status_code == 200, adopted.json()
+    assert {(o["name"], o["action"], o.get("adopted")) for o in adopted.json()["objects"]} == {
+        ("events", "unchanged", True),
+        ("warehouse", "unchanged", True),
+        ("orders", "unchanged", True),
+    }
+    assert ManagedObject.objects.filter(fleet="shop").count() == 3
+    assert Pipeline.objects.get(name="orders").version == 1

@@ -267,7 +267,9 @@ def _object(
         _refuse(entry, problems)
         return
     given = input_digest(obj, values)
-    before = kind.state(instance, row.secret_refs if row else {}) if instance else None
+    # An object no fleet managed yet is read with the files' references (where its secrets
+    # are kept is the files' to say): adopting it changes nothing when their values agree.
+    before = kind.state(instance, row.secret_refs if row else refs) if instance else None
     if row is not None and instance is not None:
         if digest(*before) != row.digest:
             entry.drifted = drift(row, before)
