@@ -56,7 +56,7 @@ def survey(rows: list[ManagedObject] | None = None) -> list[Seen]:
         mine = [r for r in rows if r.kind == name]
         if not mine:
             continue
-        instances = kind.instances()
+        instances = kind.instances([r.name for r in mine] if len(mine) < 500 else None)
         for row in mine:
             instance = instances.get(row.name)
             state = kind.state(instance, row.secret_refs) if instance is not None else None

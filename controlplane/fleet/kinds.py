@@ -160,8 +160,15 @@ class Kind:
     role: str = EDITOR
     secret_paths: tuple[str, ...] = ()  # spec keys whose values may be secret references
 
-    def instances(self) -> dict[str, Any]:
-        return {o.name: o for o in self.model.objects.all()}
+    def queryset(self):
+        return self.model.objects.all()
+
+    def instances(self, names: list[str] | None = None) -> dict[str, Any]:
+        """Its objects by name: all of them, or those `names` name."""
+        found = self.queryset()
+        if names is not None:
+            found = found.filter(name__in=names)
+        return {o.name: o for o in found}
 
     def document(self, instance: Any, refs: dict) -> dict:
         raise NotImplementedError
@@ -372,8 +379,8 @@ class PipelineKind(Kind):
     kind = "Pipeline"
     model = Pipeline
 
-    def instances(self) -> dict[str, Any]:
-        return {p.name: p for p in Pipeline.objects.all().defer("offsets_reset")}
+    def queryset(self):
+        return Pipeline.objects.defer("offsets_reset")
 
     def document(self, instance: Pipeline, refs: dict) -> dict:
         deployment = {
@@ -618,9 +625,8 @@ class RuleKind(Kind):
         "enabled": True,
     }
 
-    def instances(self) -> dict[str, Any]:
-        rules = AlertRule.objects.select_related("pipeline").prefetch_related("channels")
-        return {r.name: r for r in rules}
+    def queryset(self):
+        return AlertRule.objects.select_related("pipeline").prefetch_related("channels")
 
     @staticmethod
     def _spec(values: dict) -> dict:

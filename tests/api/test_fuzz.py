@@ -90,6 +90,7 @@ def fuzz(
     [
         ("/api/pipelines/", "POST"),
         ("/api/connections/", "POST"),
+        ("/api/apply/", "POST"),
     ],
 )
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
