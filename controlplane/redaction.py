@@ -51,3 +51,18 @@ class RedactSecretsFilter(logging.Filter):
         if cleaned != message:
             record.msg, record.args = cleaned, None
         return True
+
+
+def without_credentials(url: str) -> str:
+    """`url` without its user info (`https://ci-token:TOKEN@git.example/x` is
+    `https://git.example/x`): where a repository's address is kept and shown. An scp-like
+    address (`git@git.example:x`) has no password and stays as it is."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact(url)
+    if not parts.scheme or "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))

@@ -58,6 +58,17 @@ spec:
 FILES = {"fleet/connections.yaml": CONNECTIONS, "fleet/orders.yaml": ORDERS}
 
 
+@pytest.fixture
+def user(db, django_user_model):
+    """An admin (the `api` fixture's user): these files' connections read their secrets from
+    the control plane, which only an admin may have an apply do."""
+    from controlplane.accounts.roles import ADMIN, set_role
+
+    user = django_user_model.objects.create_user(username="oncall", password="not-used-here-1")
+    set_role(user, ADMIN)
+    return user
+
+
 @pytest.fixture(autouse=True)
 def _secret(monkeypatch):
     monkeypatch.setenv("FLEET_SECRET_WAREHOUSE", PASSWORD)
@@ -362,7 +373,7 @@ spec: {driver_memory: 1g, capacity: 10, conf: {spark.sql.shuffle.partitions: 4}}
 """
 
 
-def test_applications_and_alerting_need_an_admin_and_their_secrets_come_from_the_store(
+def test_applications_alerting_and_secrets_need_an_admin_and_come_from_the_store(
     api, django_user_model, monkeypatch, settings, tmp_path
 ):
     from controlplane.alerting.models import AlertChannel, AlertRule
@@ -375,25 +386,48 @@ def test_applications_and_alerting_need_an_admin_and_their_secrets_come_from_the
     (tmp_path / "store" / "hook-key").write_text("signing-key-9\n")
     settings.CONTROLPLANE_FLEET_SECRETS_DIR = str(tmp_path / "store")
     files = {**FILES, "fleet/alerting.yaml": ALERTING}
-    # An editor may not apply what only admins define: the set is refused, saying so.
-    body = post(api, files, dry_run=False).json()
+    # An editor may not create what only admins define, nor have the control plane's
+    # secrets put into a connection (it could point one at a server of its own): refused.
+    editor = client_as(django_user_model, "editor")
+    body = post(editor, files, dry_run=False).json()
     refused = {o["name"]: o["errors"] for o in body["objects"] if o["action"] == "refused"}
+    missing = "no connection named 'warehouse' (known: events)"
     assert refused == {
+        "warehouse": [
+            {
+                "path": "kind",
+                "message": "creating a Connection whose secrets the control plane keeps needs"
+                " the admin role",
+            }
+        ],
         "small-jobs": [
-            {"path": "kind", "message": "applying a SparkApplication needs the admin role"}
+            {"path": "kind", "message": "creating a SparkApplication needs the admin role"}
         ],
         "oncall-hook": [
-            {"path": "kind", "message": "applying an AlertChannel needs the admin role"}
+            {
+                "path": "kind",
+                "message": "creating an AlertChannel whose secrets the control plane keeps"
+                " needs the admin role",
+            }
         ],
-        # What names the refused channel is refused too, by the API's own validator.
+        **{
+            name: [{"path": "spec.pipeline.sink.connection", "message": missing}]
+            for name in ("orders-eu", "orders-us", "orders-ap")
+        },
+        # What names what was refused is refused too, by the API's own validator.
         "eu-stuck": [
-            {"path": "spec.channels", "message": "Object with name=oncall-hook does not exist."}
+            {"path": "spec.pipeline", "message": "Object with name=orders-eu does not exist."},
+            {"path": "spec.channels", "message": "Object with name=oncall-hook does not exist."},
         ],
     }
     assert not Pipeline.objects.exists()
-    admin = client_as(django_user_model, "admin")
-    applied = post(admin, files, dry_run=False)
+    applied = post(api, files, dry_run=False)  # an admin's
     assert applied.status_code == 200, applied.json()
+    # Once there, the same files are the editor's to plan and apply (unchanged), and to
+    # change a pipeline in.
+    assert set(actions(post(editor, files).json()).values()) == {"unchanged"}
+    changed = {**files, "fleet/orders.yaml": ORDERS.replace("default: 5", "default: 6")}
+    assert post(editor, changed, dry_run=False).status_code == 200
     channel = AlertChannel.objects.get(name="oncall-hook")
     assert channel.get_url() == hook and channel.get_signing_key() == "signing-key-9"
     assert "sEcReTpAtH" not in channel.target and "sEcReTpAtH" not in applied.content.decode()
@@ -407,19 +441,20 @@ def test_applications_and_alerting_need_an_admin_and_their_secrets_come_from_the
         10,
         {"spark.sql.shuffle.partitions": "4"},
     )
-    assert set(actions(post(admin, files).json()).values()) == {"unchanged"}
+    admin = api
+    assert set(actions(post(admin, changed).json()).values()) == {"unchanged"}
     exported = admin.get("/api/export/", {"fleet": "shop"}).json()["files"]
     assert "env: FLEET_SECRET_HOOK_URL" in exported["alert-channels/oncall-hook.yaml"]
     assert "file: hook-key" in exported["alert-channels/oncall-hook.yaml"]
     # The key rotated in the store: the next plan updates the channel, showing no value.
     (tmp_path / "store" / "hook-key").write_text("signing-key-10\n")
-    plan = post(admin, files).json()
+    plan = post(admin, changed).json()
     hook_entry = next(o for o in plan["objects"] if o["name"] == "oncall-hook")
     assert hook_entry["action"] == "update"
-    assert hook_entry["secrets_changed"] == ["signing_key", "target"]
+    assert hook_entry["secrets_changed"] == ["signing_key"]  # only what was rotated
     assert "signing-key-10" not in str(plan)
     # A file outside the store's directory cannot be named.
-    bad = post(admin, {**files, "fleet/alerting.yaml": ALERTING.replace("hook-key", "../x")})
+    bad = post(admin, {**changed, "fleet/alerting.yaml": ALERTING.replace("hook-key", "../x")})
     entry = next(o for o in bad.json()["objects"] if o["name"] == "oncall-hook")
     assert entry["errors"][0]["path"] == "spec.signing_key"
     assert "is not a secret's name" in entry["errors"][0]["message"]
@@ -513,7 +548,7 @@ def test_the_pipeline_page_says_where_it_is_kept_and_how_it_drifted(api, django_
     assert "Kept in fleet" not in page.get("/pipelines/nothing/").content.decode()
 
 
-def test_the_plan_carries_the_preflight_and_a_restart_it_fails_is_refused_unless_forced(
+def test_the_plan_carries_the_preflight_and_a_restart_it_fails_waits_unless_forced(
     api, settings, kafka_bootstrap, sink_dsn
 ):
     from tests.runs import with_current_run
@@ -527,27 +562,32 @@ def test_the_plan_carries_the_preflight_and_a_restart_it_fails_is_refused_unless
     )
     files = {"fleet/connections.yaml": connections, "fleet/orders.yaml": ORDERS}
     plan = post(api, files)
-    assert plan.status_code == 200, plan.json()  # a new pipeline is not started: not refused
+    assert plan.status_code == 200, plan.json()
     eu = next(o for o in plan.json()["objects"] if o["name"] == "orders-eu")
-    assert eu["preflight"]["ok"] is False
-    assert "source.topics[0]" in eu["preflight"]["errors"]  # no topic "eu" on the broker
-    assert post(api, files, dry_run=False).status_code == 200
+    # Its connections are new in this plan: nothing reaches them before they are applied.
+    assert eu["preflight"] == {"skipped": "it names a connection this apply changes"}
+    applied = post(api, files, dry_run=False)
+    assert applied.status_code == 200, applied.json()
+    eu = next(o for o in applied.json()["objects"] if o["name"] == "orders-eu")
+    assert eu["preflight"] == {"skipped": "it names a connection this apply changes"}
     with_current_run(Pipeline.objects.get(name="orders-eu"))
     changed = {**files, "fleet/orders.yaml": ORDERS.replace("default: 5", "default: 8")}
-    refused = post(api, changed, dry_run=False)
-    assert refused.status_code == 400
-    eu = next(o for o in refused.json()["objects"] if o["name"] == "orders-eu")
-    assert eu["action"] == "refused"
-    assert eu["errors"] == [
-        {
-            "path": "",
-            "message": "its preflight finds errors and it would restart: fix them, or apply"
-            " with force",
-        }
-    ]
-    assert Pipeline.objects.get(name="orders-us").version == 1  # nothing applied
-    forced = post(api, changed, dry_run=False, force=True)
-    assert forced.status_code == 200, forced.json()
+    plan = post(api, changed).json()
+    eu = next(o for o in plan["objects"] if o["name"] == "orders-eu")
+    assert eu["preflight"]["ok"] is False
+    assert "source.topics[0]" in eu["preflight"]["errors"]  # no topic "eu" on the broker
+    assert eu["restart"] is False
+    assert eu["restart_refused"].startswith("its preflight finds errors: it keeps its run")
+    # Applied: the new version is there; the run is not restarted onto it.
+    applied = post(api, changed, dry_run=False)
+    assert applied.status_code == 200, applied.json()
+    eu = Pipeline.objects.get(name="orders-eu")
+    assert (eu.version, eu.generation) == (2, 1)
+    # The same files again are not "unchanged" while its run runs the older version: with
+    # force, it is restarted now.
+    again = post(api, changed, dry_run=False, force=True).json()
+    entry = next(o for o in again["objects"] if o["name"] == "orders-eu")
+    assert (entry["action"], entry["restart"]) == ("unchanged", True)
     assert Pipeline.objects.get(name="orders-eu").generation == 2
 
 
@@ -581,3 +621,12 @@ def test_adopting_objects_made_elsewhere_is_an_export_and_an_apply(
     }
     assert ManagedObject.objects.filter(fleet="shop").count() == 3
     assert Pipeline.objects.get(name="orders").version == 1
+
+
+def test_a_repository_address_is_kept_without_its_credentials(api):
+    repository = "https://gitlab-ci-token:glcbt-s3cret@git.example/shop/fleet.git"
+    assert post(api, FILES, dry_run=False, repository=repository).status_code == 200
+    version = Pipeline.objects.get(name="orders-eu").versions.get()
+    assert version.source["repository"] == "https://git.example/shop/fleet.git"
+    assert "glcbt-s3cret" not in str(api.get("/api/fleet/").json())
+    assert "glcbt-s3cret" not in str(list(ManagedObject.objects.values_list("source", flat=True)))

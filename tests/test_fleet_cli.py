@@ -29,6 +29,17 @@ def cpfleet(*args: str, cwd: Path, env: dict | None = None) -> subprocess.Comple
 
 
 @pytest.fixture
+def user(db, django_user_model):
+    """An admin (the token's user): the files' connections read secrets from the control
+    plane, which only an admin may have an apply do."""
+    from controlplane.accounts.roles import ADMIN, set_role
+
+    user = django_user_model.objects.create_user(username="ci", password="not-used-here-1")
+    set_role(user, ADMIN)
+    return user
+
+
+@pytest.fixture
 def repo(tmp_path) -> Path:
     (tmp_path / "fleet").mkdir()
     (tmp_path / "fleet" / "connections.yaml").write_text(CONNECTIONS)
@@ -120,3 +131,17 @@ def test_plan_apply_diff_and_export_against_a_live_control_plane(
         "plan", "fleet", *fleet, cwd=repo, env={**env, "CONTROLPLANE_URL": "http://127.0.0.1:9"}
     )
     assert gone.returncode == 3 and "cannot be reached" in gone.stderr
+
+
+def test_export_writes_only_objects_files_and_sources_never_carry_credentials():
+    from controlplane.fleet.cli import EXPORTED
+    from controlplane.redaction import without_credentials
+
+    assert EXPORTED.fullmatch("pipelines/orders-eu.yaml")
+    assert EXPORTED.fullmatch("alert-rules/lag.yaml")
+    for path in (".git/config", ".github/workflows/x.yml", "pipelines/../x.yaml", "x.yaml"):
+        assert not EXPORTED.fullmatch(path), path
+    assert without_credentials(
+        "https://gitlab-ci-token:glcbt-s3cret@git.example/shop/fleet.git"
+    ) == ("https://git.example/shop/fleet.git")
+    assert without_credentials("git@git.example:shop/fleet.git") == "git@git.example:shop/fleet.git"

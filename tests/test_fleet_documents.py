@@ -183,3 +183,11 @@ def test_merge_patch_follows_rfc_7386():
     assert merge_patch({"a": [1, 2]}, {"a": [3]}) == {"a": [3]}
     assert merge_patch({"a": {"b": "c"}}, {"a": {"b": {"x": 1}}}) == {"a": {"b": {"x": 1}}}
     assert target == {"a": "b", "c": {"d": "e", "f": "g"}}  # untouched
+
+
+def test_yaml_nested_past_what_python_can_read_is_an_error_not_a_crash():
+    with pytest.raises(DocumentsRefused) as refused:
+        read({"deep.yaml": "a: " + "[" * 5000 + "]" * 5000 + "\n"})
+    assert [str(e) for e in refused.value.errors] == [
+        "deep.yaml: the file: is nested more than 32 levels deep"
+    ]

@@ -27,8 +27,10 @@ from django.db import OperationalError, transaction
 from django.db import connection as db
 
 from controlplane.accounts.roles import has_role
-from controlplane.definitions import services
-from controlplane.definitions.models import ManagedObject
+from controlplane.definitions import preflight, services
+from controlplane.definitions.models import ManagedObject, Pipeline
+from controlplane.supervision import controls, tasks
+from jobs.spec import parse_spec
 
 from . import diff, documents, secrets
 from .drift import drift
@@ -146,6 +148,11 @@ def run(request: Request, *, user, now: datetime) -> Result:
         source["commit"] = request.commit
     with transaction.atomic():
         _lock()
+        # Pipeline saves take the consumer-group lock before any files connection's row
+        # lock (definitions.services): an apply, which may change files connections first,
+        # takes it now, in the same order, so that the two never wait on each other.
+        with db.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [services.CONSUMER_GROUP_LOCK])
         managed = {(m.kind, m.name): m for m in ManagedObject.objects.select_for_update()}
         ctx = Context(
             user=user,
@@ -165,16 +172,6 @@ def run(request: Request, *, user, now: datetime) -> Result:
             for obj in (o for o in objects if o.kind == name):
                 entry = _entry(obj)
                 result.entries.append(entry)
-                if not has_role(user, kind.role):
-                    entry.action = "refused"
-                    entry.errors.append(
-                        {
-                            "path": "kind",
-                            "message": f"applying {documents.a_noun(name)} needs the"
-                            f" {kind.role} role",
-                        }
-                    )
-                    continue
                 _object(kind, obj, instances.get(obj.name), managed, entry, request, ctx)
         for name in reversed(ORDER):
             kind = KINDS[name]
@@ -190,11 +187,53 @@ def run(request: Request, *, user, now: datetime) -> Result:
                     _delete(kind, managed[(name, object_name)], entry, user, ctx)
         if result.refused or request.dry_run:
             transaction.set_rollback(True)
+    _follow_up(result, ctx, request, user=user, now=now)
     return result
+
+
+def _follow_up(result: Result, ctx: Context, request: Request, *, user, now: datetime) -> None:
+    """Once the transaction is over (its locks released): each new or changed pipeline's
+    preflight (unless it names a connection this apply creates or changes: not before that
+    is applied), and the restarts of running pipelines whose run runs an older version,
+    unless their preflight finds errors, CONTROLPLANE_PREFLIGHT refuses and the apply is not
+    forced (then they keep their run, and the plan says why)."""
+    mode = settings.CONTROLPLANE_PREFLIGHT
+    for item in ctx.follow_ups:
+        notes = item.entry.notes
+        report = None
+        if request.preflight and mode != "off":
+            if item.connections & ctx.changed_connections:
+                notes["preflight"] = {"skipped": "it names a connection this apply changes"}
+            else:
+                report = preflight.run(parse_spec(item.spec, connections=ctx.connections))
+                notes["preflight"] = report.as_dict()
+        if not item.restart or result.refused:
+            continue
+        if report is not None and not report.ok and mode == "refuse" and not request.force:
+            notes["restart"] = False
+            notes["restart_refused"] = (
+                "its preflight finds errors: it keeps its run; fix them and restart it, or"
+                " apply with force"
+            )
+            continue
+        if request.dry_run:
+            continue
+        pipeline = Pipeline.objects.filter(pk=item.pipeline_id).first()
+        if pipeline is None:
+            continue
+        try:
+            controls.act(pipeline, "restart", user=user, reason=ctx.reason, now=now)
+        except controls.NotApplicable as exc:
+            notes["restart"] = False
+            notes["restart_refused"] = str(exc)
+            continue
+        transaction.on_commit(lambda pk=pipeline.pk: tasks.nudge(pk))
 
 
 def _lock() -> None:
     with db.cursor() as cursor:
+        cursor.execute("SELECT current_setting('lock_timeout')")
+        (previous,) = cursor.fetchone()
         cursor.execute(
             "SELECT set_config('lock_timeout', %s, true)",
             [f"{int(settings.CONTROLPLANE_FLEET_LOCK_SECONDS * 1000)}ms"],
@@ -206,7 +245,7 @@ def _lock() -> None:
             if getattr(exc.__cause__, "sqlstate", None) == "55P03":  # lock_not_available
                 raise Busy("another apply is in progress; try again once it has finished") from None
             raise
-        cursor.execute("SELECT set_config('lock_timeout', '0', true)")
+        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
 
 
 def _error(file: str, where: str, path: str, message: str) -> dict:
@@ -273,8 +312,8 @@ def _object(
     if row is not None and instance is not None:
         if digest(*before) != row.digest:
             entry.drifted = drift(row, before)
-        elif row.input_digest == given:
-            entry.action = "unchanged"  # the same files, and nobody changed it since
+        elif row.input_digest == given and kind.settled(instance):
+            entry.action = "unchanged"  # the same files, nobody changed it, nothing pending
             return
     elif row is not None:
         entry.drifted = drift(row, None)
@@ -288,19 +327,28 @@ def _object(
     try:
         with transaction.atomic():
             wanted = kind.wanted(obj, instance, values, ctx)
+            previous = copy.copy(instance)
             if before is not None and before == (wanted.document, wanted.secrets_print):
                 entry.action = "unchanged"
                 after = instance
             else:
                 entry.action = "update" if instance is not None else "create"
+                needed = kind.role_for(refs)
+                if not has_role(ctx.user, needed):
+                    what = documents.a_noun(obj.kind)
+                    why = " whose secrets the control plane keeps" if refs else ""
+                    verb = "changing" if instance is not None else "creating"
+                    raise Refused({"kind": [f"{verb} {what}{why} needs the {needed} role"]})
                 entry.changes = diff.document_changes(
                     before[0] if before else None, wanted.document
                 )
                 if before is not None and before[1] != wanted.secrets_print:
-                    entry.secrets_changed = sorted(refs) or ["secrets"]
-                previous = copy.copy(instance)
+                    entry.secrets_changed = _secrets_changed(kind, instance, values)
                 after = kind.write(obj, wanted, instance, ctx)
-                entry.notes = kind.after_write(previous, after, ctx)
+            follow = len(ctx.follow_ups)
+            entry.notes = kind.after_write(previous, after, ctx)
+            for item in ctx.follow_ups[follow:]:
+                item.entry = entry
             entry.adopted = instance is not None and row is None
             state = kind.state(after, refs)
             ManagedObject.objects.update_or_create(
@@ -321,6 +369,15 @@ def _object(
             )
     except Refused as exc:
         _refuse(entry, exc.problems)
+
+
+def _secrets_changed(kind: Kind, instance: Any, values: dict) -> list[str]:
+    """Which secrets (dotted paths under spec) the files give other values than the object
+    holds, or no longer give; never the values."""
+    now = kind.secret_values(instance)
+    wanted = {path.removeprefix("spec."): value for path, value in values.items()}
+    changed = sorted(k for k in set(now) | set(wanted) if now.get(k, "") != wanted.get(k, ""))
+    return changed or ["secrets"]
 
 
 def _delete(kind: Kind, row: ManagedObject, entry: Entry, user, ctx: Context) -> None:

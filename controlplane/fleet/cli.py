@@ -25,17 +25,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import requests
 
+from controlplane.redaction import without_credentials
 from jobs.connections import ConnectionPolicy, validate_connection
 from jobs.spec import SpecError, parse_spec
 
 from . import documents, secrets
+
+# What export may write: one object's file in its kind's folder, nothing else (not .git/,
+# not a CI workflow), whatever the server answers.
+_FOLDER = "|".join(map(re.escape, documents.FOLDERS.values()))
+EXPORTED = re.compile(rf"^({_FOLDER})/{documents.NAME_RE.pattern[1:-1]}\.yaml$")
 
 OK, REFUSED, CHANGES, UNREACHABLE, USAGE = 0, 1, 2, 3, 64
 SYMBOLS = {
@@ -96,46 +104,63 @@ def lint(files: dict[str, str], environment: str | None) -> tuple[list[dict], li
         prefix=os.environ.get("CONTROLPLANE_FLEET_SECRET_PREFIX", "FLEET_SECRET_"),
         directory="(the control plane's)",
     )
-    lenient = ConnectionPolicy(cert_dir="/", allow_unix_sockets=True, files_dir="/")
+    context = _LintContext(kinds, store)
     for obj in objects:
+        check = _LINTERS.get(obj.kind)
+        if check is None:
+            continue
         where = obj.source.where(obj.kind, obj.name)
-
-        def add(path: str, message: str, into=errors, obj=obj, where=where) -> None:
-            into.append(_problem(obj.source.file, where, path, message))
-
-        if obj.kind == "Connection":
-            given = obj.spec.get("secrets") or {}
-            for key, ref in given.items() if isinstance(given, dict) else []:
-                if problem := secrets.check(ref, store):
-                    add(f"spec.secrets.{key}", problem)
-            try:
-                _, moved = validate_connection(
-                    obj.spec.get("kind"), obj.spec.get("settings", {}), {}, lenient
-                )
-            except SpecError as exc:
-                for path, messages in exc.as_dict("spec.settings.").items():
-                    for message in messages:
-                        add(path, message)
-            else:
-                for key in moved:
-                    add("spec.settings", f"holds a secret ({key}): give it in spec.secrets")
-        elif obj.kind == "Pipeline":
-            spec_at = "spec.pipeline." if obj.source.instance else "spec."
-            named = _connections(obj.spec)
-            unknown = sorted(n for n in named if n not in kinds)
-            for name in unknown:
-                add(
-                    spec_at.rstrip("."),
-                    f"connection {name!r} is not in these files (the control plane may have it)",
-                    warnings,
-                )
-            try:
-                parse_spec(obj.spec, connections=None if unknown else kinds)
-            except SpecError as exc:
-                for path, messages in exc.as_dict(spec_at).items():
-                    for message in messages:
-                        add(path, message)
+        for path, message, is_error in check(obj, context):
+            problem = _problem(obj.source.file, where, path, message)
+            (errors if is_error else warnings).append(problem)
     return errors, warnings
+
+
+@dataclass(frozen=True)
+class _LintContext:
+    kinds: dict[str, Any]  # the connections the files define: name -> kind
+    store: secrets.Store
+
+
+def _lint_connection(obj: documents.Object, context: _LintContext):
+    """Its secrets are references, its settings as the control plane's validator says (with
+    a lenient policy: what this installation allows is the plan's to say)."""
+    given = obj.spec.get("secrets") or {}
+    for key, ref in given.items() if isinstance(given, dict) else []:
+        if problem := secrets.check(ref, context.store):
+            yield f"spec.secrets.{key}", problem, True
+    lenient = ConnectionPolicy(cert_dir="/", allow_unix_sockets=True, files_dir="/")
+    try:
+        _, moved = validate_connection(
+            obj.spec.get("kind"), obj.spec.get("settings", {}), {}, lenient
+        )
+    except SpecError as exc:
+        for path, messages in exc.as_dict("spec.settings.").items():
+            for message in messages:
+                yield path, message, True
+    else:
+        for key in moved:
+            yield "spec.settings", f"holds a secret ({key}): give it in spec.secrets", True
+
+
+def _lint_pipeline(obj: documents.Object, context: _LintContext):
+    """Its spec as the control plane's parser says, against the connections the files
+    define (one they do not define is a warning: the control plane may have it)."""
+    spec_at = "spec.pipeline." if obj.source.instance else "spec."
+    unknown = sorted(n for n in _connections(obj.spec) if n not in context.kinds)
+    for name in unknown:
+        message = f"connection {name!r} is not in these files (the control plane may have it)"
+        yield spec_at.rstrip("."), message, False
+    try:
+        parse_spec(obj.spec, connections=None if unknown else context.kinds)
+    except SpecError as exc:
+        for path, messages in exc.as_dict(spec_at).items():
+            for message in messages:
+                yield path, message, True
+
+
+# What lint checks of each kind offline (the others: their reading, and the plan).
+_LINTERS = {"Connection": _lint_connection, "Pipeline": _lint_pipeline}
 
 
 def _connections(spec: Any) -> set[str]:
@@ -237,7 +262,7 @@ def revision(args) -> tuple[str, str]:
         else _git("config", "--get", "remote.origin.url")
     )
     commit = args.commit if args.commit is not None else _git("rev-parse", "HEAD")
-    return repository, commit
+    return without_credentials(repository), commit  # a CI job's remote may carry its token
 
 
 def request_apply(args, files: dict[str, str], *, dry_run: bool) -> dict:
@@ -397,10 +422,11 @@ def cmd_export(args) -> int:
         params.append(("fleet", args.fleet))
     answer = client(args).call("GET", "/api/export/", params=params).json()
     out = Path(args.out)
+    for path in answer["files"]:
+        if not isinstance(path, str) or not EXPORTED.fullmatch(path):
+            raise Trouble(f"the server answered a file {path!r} export does not write", REFUSED)
     for path, text in sorted(answer["files"].items()):
         target = out / path
-        if out.resolve() not in target.resolve().parents:
-            raise Trouble(f"{path}: not a path under {out}", REFUSED)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
     if args.json:

@@ -41,6 +41,14 @@ import yaml
 
 API_VERSION = "controlplane/v1"
 OBJECT_KINDS = ("Connection", "Pipeline", "SparkApplication", "AlertRule", "AlertChannel")
+# Where export writes each kind's objects (`pipelines/orders.yaml`).
+FOLDERS = {
+    "Connection": "connections",
+    "SparkApplication": "applications",
+    "Pipeline": "pipelines",
+    "AlertChannel": "alert-channels",
+    "AlertRule": "alert-rules",
+}
 TEMPLATE = "PipelineTemplate"
 ENVIRONMENT = "Environment"
 KINDS = (*OBJECT_KINDS, TEMPLATE, ENVIRONMENT)
@@ -215,6 +223,9 @@ def _parse_file(path: str, text: str, errors: _Errors) -> list[Object]:
         return []
     try:
         loaded = list(yaml.load_all(text, Loader=_Loader))
+    except RecursionError:
+        errors.add(whole, "the file", "", f"is nested more than {MAX_DEPTH} levels deep")
+        return []
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "the file"

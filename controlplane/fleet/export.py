@@ -17,15 +17,8 @@ from django.conf import settings
 
 from controlplane.definitions.models import ManagedObject
 
+from . import documents
 from .kinds import KINDS, ORDER
-
-FOLDERS = {
-    "Connection": "connections",
-    "SparkApplication": "applications",
-    "Pipeline": "pipelines",
-    "AlertChannel": "alert-channels",
-    "AlertRule": "alert-rules",
-}
 
 
 class _Dumper(yaml.SafeDumper):
@@ -70,5 +63,7 @@ def export(*, fleet: str | None = None, kinds: list[str] | None = None) -> tuple
                     f"{name}/{object_name}: {field} is written as {{env: {refs[field]['env']}}}:"
                     " set that variable in the control plane's environment before applying"
                 )
-            files[f"{FOLDERS[name]}/{object_name}.yaml"] = dump(kind.document(instance, refs))
+            files[f"{documents.FOLDERS[name]}/{object_name}.yaml"] = dump(
+                kind.document(instance, refs)
+            )
     return files, notes

@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings as django_settings
-from django.db import transaction
 from django.db.models import ProtectedError
 from rest_framework import serializers
 
@@ -42,9 +40,15 @@ from controlplane.connections.directories import RootInUse
 from controlplane.connections.models import Connection
 from controlplane.connections.serializers import ConnectionSerializer
 from controlplane.crypto import SecretsUnreadable
-from controlplane.definitions import application_services, preflight, schemas, services
-from controlplane.definitions.models import DEDICATED, Pipeline, Run, RunState, SparkApplication
-from controlplane.supervision import controls, tasks
+from controlplane.definitions import application_services, schemas, services
+from controlplane.definitions.models import (
+    DEDICATED,
+    DesiredState,
+    Pipeline,
+    Run,
+    RunState,
+    SparkApplication,
+)
 from jobs.spec import SpecError, parse_spec
 
 from . import secrets
@@ -75,6 +79,22 @@ class Context:
     restart: bool = True  # restart running pipelines whose spec changed
     preflight: bool = True  # preflight pipelines created or changed
     force: bool = False  # restart even when their preflight finds errors
+    # Connections this apply creates or changes: no preflight reaches them before it commits.
+    changed_connections: set[str] = field(default_factory=set)
+    # What is done once the transaction is over, outside its locks (network calls): a
+    # pipeline's preflight and restart, by its plan entry.
+    follow_ups: list[FollowUp] = field(default_factory=list)
+
+
+@dataclass
+class FollowUp:
+    """A pipeline to preflight (its spec) and, if `restart`, to restart once applied."""
+
+    entry: Any  # apply.Entry: its notes get the preflight and whether it restarted
+    pipeline_id: int | None
+    spec: dict
+    restart: bool
+    connections: frozenset[str]
 
 
 @dataclass
@@ -185,6 +205,12 @@ class Kind:
     def delete(self, instance: Any, ctx: Context) -> None:
         raise NotImplementedError
 
+    def role_for(self, refs: dict) -> str:
+        """The role creating or changing it needs: an admin's when its secrets come from the
+        control plane's environment or store (an editor could otherwise point a connection
+        at a server of their own with a secret they were never given)."""
+        return ADMIN if refs else self.role
+
     def refs(self, obj: Object) -> dict:
         """The secret references the object's spec gives, by dotted path under spec."""
         return {p: obj.spec[p] for p in self.secret_paths if secrets.is_reference(obj.spec.get(p))}
@@ -194,7 +220,17 @@ class Kind:
         return []
 
     def after_write(self, before: Any, after: Any, ctx: Context) -> dict:
-        """What else a write did or will do, for the plan (a pipeline's restart)."""
+        """What else follows from the object as applied (`before`: as it was, None if new),
+        for the plan: a pipeline's restart and preflight (ctx.follow_ups)."""
+        return {}
+
+    def settled(self, instance: Any) -> bool:
+        """Whether nothing of an earlier apply is pending on it (a pipeline still running an
+        older version): only then may the same files be judged unchanged unread."""
+        return True
+
+    def secret_values(self, instance: Any) -> dict[str, str]:
+        """Its secrets' values by dotted path under spec (never shown: compared)."""
         return {}
 
     def state(self, instance: Any, refs: dict) -> tuple[dict, str]:
@@ -237,6 +273,12 @@ class ConnectionKind(Kind):
 
     def secret_fields(self, instance: Connection) -> list[str]:
         return [f"secrets.{f}" for f in instance.secret_fields]
+
+    def secret_values(self, instance: Connection) -> dict[str, str]:
+        try:
+            return {f"secrets.{k}": v for k, v in instance.get_secrets().items()}
+        except SecretsUnreadable:
+            return {}
 
     def secrets_print(self, instance: Connection) -> str:
         try:
@@ -294,6 +336,7 @@ class ConnectionKind(Kind):
         except RootInUse as exc:
             raise Refused({"spec.settings.root": [exc.message]}) from None
         ctx.connections[connection.name] = connection.kind
+        ctx.changed_connections.add(connection.name)
         return connection
 
     def delete(self, instance: Connection, ctx: Context) -> None:
@@ -421,8 +464,9 @@ class PipelineKind(Kind):
                 problems.setdefault(f"{spec_at}{path}", []).extend(messages)
         if problem := services.labels_problem(obj.labels):
             detail = problem if isinstance(problem, dict) else {"": problem}
+            labels_at = "spec.labels" if obj.source.instance else "labels"  # a template's
             for key, message in detail.items():
-                problems.setdefault(f"labels.{key}" if key else "labels", []).append(message)
+                problems.setdefault(f"{labels_at}.{key}" if key else labels_at, []).append(message)
         deployment = {**_DEPLOYMENT_DEFAULTS, **obj.deployment}
         fields = PipelineSerializer().fields
         for key in _DEPLOYMENT_DEFAULTS:
@@ -477,45 +521,50 @@ class PipelineKind(Kind):
         except SpecError as exc:
             raise Refused(exc.as_dict(spec_at)) from None
         except services.Invalid as exc:
-            path = exc.field if exc.field in ("labels", "description") else None
+            path = exc.field if exc.field in ("name", "labels", "description") else None
+            if path in ("labels", "description") and obj.source.instance:
+                path = f"spec.{path}"  # the template's
             path = path or f"{deployment_at}{exc.field}"
             raise Refused({path: [str(exc.detail)]}) from None
         except services.Conflict as exc:
             raise Refused({"": [str(exc)]}) from None
 
+    def settled(self, instance: Pipeline) -> bool:
+        return not (
+            Run.objects.filter(pipeline=instance, state__in=RunState.active())
+            .exclude(spec_version=instance.version)
+            .exists()
+        )
+
     def after_write(self, before: Pipeline | None, after: Pipeline, ctx: Context) -> dict:
-        """A changed spec: the preflight of the new one (CONTROLPLANE_PREFLIGHT not off), and a
-        running pipeline restarted gracefully to run it (its checkpoint's restore point taken
-        before the new version's first run when it has committed a batch). Raises Refused
-        when it would restart with preflight errors, CONTROLPLANE_PREFLIGHT refuses and the
-        apply is not forced."""
-        if before is not None and before.version == after.version:
+        """A new spec (or one its run does not run yet): preflighted once applied
+        (CONTROLPLANE_PREFLIGHT not off), and, when the operators want it running and its run
+        runs an older version, restarted gracefully to run it (ctx.follow_ups, after the
+        transaction); a restore point of its checkpoint is taken before the new version's
+        first run when it has committed a batch."""
+        changed = before is None or before.version != after.version
+        running = (
+            after.desired_state == DesiredState.RUNNING
+            and Run.objects.filter(pipeline=after, state=RunState.RUNNING)
+            .exclude(spec_version=after.version)
+            .exists()
+        )
+        if not changed and not running:
             return {}
-        notes: dict[str, Any] = {}
-        active = Run.objects.filter(pipeline=after, state__in=RunState.active()).exists()
-        restart = before is not None and active and ctx.restart
-        mode = django_settings.CONTROLPLANE_PREFLIGHT
-        if ctx.preflight and mode != "off":
-            report = preflight.run(parse_spec(after.spec, connections=ctx.connections))
-            notes["preflight"] = report.as_dict()
-            if restart and not report.ok and mode == "refuse" and not ctx.force:
-                raise Refused(
-                    {
-                        "": [
-                            "its preflight finds errors and it would restart: fix them, or"
-                            " apply with force"
-                        ]
-                    }
-                )
-        if before is not None:
-            notes["restart"] = restart
-            notes["restore_point"] = Run.objects.filter(
-                pipeline=after, last_batch_id__isnull=False
-            ).exists()
-        if restart:
-            controls.act(after, "restart", user=ctx.user, reason=ctx.reason, now=ctx.now)
-            transaction.on_commit(lambda pk=after.pk: tasks.nudge(pk))
-        return notes
+        restart = running and ctx.restart
+        ctx.follow_ups.append(
+            FollowUp(
+                None,
+                after.pk,
+                after.spec,
+                restart,
+                frozenset(parse_spec(after.spec).connection_names()),
+            )
+        )
+        if before is None:
+            return {}
+        committed = Run.objects.filter(pipeline=after, last_batch_id__isnull=False).exists()
+        return {"restart": restart, "restore_point": committed}
 
     def delete(self, instance: Pipeline, ctx: Context) -> None:
         try:
@@ -540,6 +589,12 @@ class ChannelKind(Kind):
     def document(self, instance: AlertChannel, refs: dict) -> dict:
         spec = _with_refs({"kind": instance.kind, "target": instance.target}, refs)
         return document(self.kind, instance.name, spec)
+
+    def secret_values(self, instance: AlertChannel) -> dict[str, str]:
+        try:
+            return {"target": instance.get_url(), "signing_key": instance.get_signing_key()}
+        except SecretsUnreadable:
+            return {}
 
     def secret_fields(self, instance: AlertChannel) -> list[str]:
         return (["target"] if instance.url_encrypted else []) + (

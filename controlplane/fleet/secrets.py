@@ -8,7 +8,8 @@ environment, the prefix and the store's directory are passed in).
                                       a server of its choosing
     {file: pg-password}               the file of that name in the secret store's directory
                                       (a mounted secret volume: /run/secrets, a Kubernetes
-                                      Secret); a bare name, never a path
+                                      Secret); a bare name, never a path, and never
+                                      leading outside it
 
 A value is never shown, logged or put in a plan: only whether it changed.
 """
@@ -83,9 +84,15 @@ def read(value: Any, store: Store) -> str:
         if found is None:
             raise Unresolved(f"env: {name} is not set in the control plane's environment")
         return found
-    path = os.path.join(store.directory, name)
+    # A mounted secret volume's entries are symbolic links into its `..data/` directory
+    # (Kubernetes): followed, as long as they end inside the store's directory.
+    root = os.path.realpath(store.directory)
+    path = os.path.realpath(os.path.join(root, name))
+    if os.path.commonpath([root, path]) != root:
+        raise Unresolved(f"file: {name!r} leads outside the secret store")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        # Non-blocking: a FIFO put there cannot hold the apply (its read finds nothing).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise Unresolved(f"file: {name!r} is not in the secret store") from None
     except OSError as exc:

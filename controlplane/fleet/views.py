@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from controlplane.accounts.roles import EDITOR
 from controlplane.definitions.models import ManagedObject
+from controlplane.redaction import without_credentials
 
 from . import apply, documents, drift, export
 from .kinds import ORDER
@@ -58,6 +59,9 @@ class ApplySerializer(serializers.Serializer):
     commit = serializers.CharField(
         required=False, allow_blank=True, max_length=100, help_text="The files' revision."
     )
+
+    def validate_repository(self, value: str) -> str:
+        return without_credentials(value)  # a CI job's remote may carry its token
 
     def validate_files(self, value: dict) -> dict:
         if len(value) > MAX_FILES:
