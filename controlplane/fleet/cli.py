@@ -16,8 +16,9 @@ Exit codes: 0 done (lint: no problem; plan: planned; diff: no difference), 1 ref
 problem found (nothing was applied), 2 plan --detailed-exitcode or diff: there are changes,
 3 the control plane could not be asked (unreachable, busy, not allowed), 64 a usage error.
 
-This module uses no Django: it reads files, checks them with the same pure validators the
-control plane uses (documents, pipeline specs, connection settings) and talks HTTP.
+This module needs no Django settings nor database (its imports are pure, an import-linter
+contract): it reads files, checks them with the same pure validators the control plane uses
+(documents, pipeline specs, connection settings) and talks HTTP.
 """
 
 from __future__ import annotations
