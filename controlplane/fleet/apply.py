@@ -169,10 +169,12 @@ def run(request: Request, *, user, now: datetime) -> Result:
         for name in ORDER:
             kind = KINDS[name]
             instances = kind.instances()
+            behind = kind.unsettled()
             for obj in (o for o in objects if o.kind == name):
                 entry = _entry(obj)
                 result.entries.append(entry)
-                _object(kind, obj, instances.get(obj.name), managed, entry, request, ctx)
+                settled = obj.name not in behind
+                _object(kind, obj, instances.get(obj.name), managed, entry, request, ctx, settled)
         for name in reversed(ORDER):
             kind = KINDS[name]
             gone = sorted(
@@ -290,6 +292,7 @@ def _object(
     entry: Entry,
     request: Request,
     ctx: Context,
+    settled: bool,
 ) -> None:
     row = managed.get((obj.kind, obj.name))
     if row is not None and row.fleet != request.fleet:
@@ -312,7 +315,7 @@ def _object(
     if row is not None and instance is not None:
         if digest(*before) != row.digest:
             entry.drifted = drift(row, before)
-        elif row.input_digest == given and kind.settled(instance):
+        elif row.input_digest == given and settled:
             entry.action = "unchanged"  # the same files, nobody changed it, nothing pending
             return
     elif row is not None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import ProtectedError
+from django.db.models import F, ProtectedError
 from rest_framework import serializers
 
 from controlplane import bounded_json
@@ -224,10 +224,10 @@ class Kind:
         for the plan: a pipeline's restart and preflight (ctx.follow_ups)."""
         return {}
 
-    def settled(self, instance: Any) -> bool:
-        """Whether nothing of an earlier apply is pending on it (a pipeline still running an
-        older version): only then may the same files be judged unchanged unread."""
-        return True
+    def unsettled(self) -> set[str]:
+        """The names of its objects on which something of an earlier apply is pending (a
+        pipeline whose run runs an older version): never judged unchanged unread."""
+        return set()
 
     def secret_values(self, instance: Any) -> dict[str, str]:
         """Its secrets' values by dotted path under spec (never shown: compared)."""
@@ -529,11 +529,11 @@ class PipelineKind(Kind):
         except services.Conflict as exc:
             raise Refused({"": [str(exc)]}) from None
 
-    def settled(self, instance: Pipeline) -> bool:
-        return not (
-            Run.objects.filter(pipeline=instance, state__in=RunState.active())
-            .exclude(spec_version=instance.version)
-            .exists()
+    def unsettled(self) -> set[str]:
+        return set(
+            Run.objects.filter(state__in=RunState.active())
+            .exclude(spec_version=F("pipeline__version"))
+            .values_list("pipeline__name", flat=True)
         )
 
     def after_write(self, before: Pipeline | None, after: Pipeline, ctx: Context) -> dict:
