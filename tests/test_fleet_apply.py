@@ -630,3 +630,24 @@ def test_a_repository_address_is_kept_without_its_credentials(api):
     assert version.source["repository"] == "https://git.example/shop/fleet.git"
     assert "glcbt-s3cret" not in str(api.get("/api/fleet/").json())
     assert "glcbt-s3cret" not in str(list(ManagedObject.objects.values_list("source", flat=True)))
+
+
+def test_an_edit_in_the_pipeline_form_is_drift_the_next_plan_puts_back(api, editor):
+    from django.urls import reverse
+
+    from controlplane.pages import forms
+
+    assert post(api, FILES, dry_run=False).status_code == 200
+    pipeline = Pipeline.objects.get(name="orders-us")
+    values = forms.pipeline_values("orders-us", "by hand", pipeline.spec, "dedicated")
+    values = {k: v for k, v in values.items() if v is not None}
+    values["version"] = str(pipeline.version)
+    response = editor.post(reverse("pipeline-edit", kwargs={"name": "orders-us"}), values)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    (row,) = api.get("/api/fleet/", {"drifted": "true"}).json()["results"]
+    assert row["name"] == "orders-us"
+    assert {"path": "description", "after": "by hand"} in row["drifted"]
+    plan = post(api, FILES).json()
+    us = next(o for o in plan["objects"] if o["name"] == "orders-us")
+    assert us["action"] == "update"
+    assert {"path": "description", "before": "by hand"} in us["changes"]

@@ -4,6 +4,7 @@ its exit codes."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -99,6 +100,10 @@ def test_plan_apply_diff_and_export_against_a_live_control_plane(
     again = cpfleet("plan", "fleet", *fleet, "--detailed-exitcode", cwd=repo, env=env)
     assert again.returncode == 0, again.stdout
     assert "0 to create, 0 to update, 5 unchanged" in again.stdout
+    as_json = cpfleet("plan", "fleet", *fleet, "--json", cwd=repo, env=env)
+    assert as_json.returncode == 0
+    answer = json.loads(as_json.stdout)  # for machines: the server's answer
+    assert answer["summary"]["unchanged"] == 5 and answer["dry_run"] is True
 
     # A change in the files: diff says what, and exits 2.
     (repo / "fleet" / "orders.yaml").write_text(ORDERS.replace("default: 5", "default: 6"))

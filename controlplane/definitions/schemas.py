@@ -313,3 +313,31 @@ def _names_avro_sink(spec_data: Any) -> bool:
         isinstance(s, dict) and s.get("format") == "avro" and s.get("schema_registry") is not None
         for s in sinks
     )
+
+
+def summary(spec: PipelineSpec) -> dict[str, dict]:
+    """What a saved spec's schema-registry parts were checked against, by field, for a plan
+    to show: the source's subject, version and schema id (its reader passed the gate), and
+    each Avro kafka sink's subject and when its schema is checked (when saved, when Spark
+    alone knows the output's type: at its run's first batch)."""
+    out: dict[str, dict] = {}
+    registry = getattr(spec.source, "schema_registry", None)
+    if registry is not None and registry.resolved_version is not None:
+        out[FIELD] = {
+            "subject": registry.subject,
+            "version": registry.resolved_version,
+            "schema_id": registry.schema_id,
+            "checked": "its reader reads the subject's newer versions and the one before",
+        }
+    for path, sink in avro_sinks(spec):
+        try:
+            known = sink_value_schema(spec, sink) is not None
+        except spark_avro.NotWritable:
+            known = False
+        out[f"{path}.schema_registry"] = {
+            "subject": sink_subject(sink),
+            "checked": "against the subject's versions, when saved"
+            if known
+            else "at its run's first batch (only Spark knows the output's type)",
+        }
+    return out

@@ -350,6 +350,8 @@ def _object(
                 after = kind.write(obj, wanted, instance, ctx)
             follow = len(ctx.follow_ups)
             entry.notes = kind.after_write(previous, after, ctx)
+            if entry.action != "unchanged":
+                entry.notes.update(wanted.notes)
             for item in ctx.follow_ups[follow:]:
                 item.entry = entry
             entry.adopted = instance is not None and row is None

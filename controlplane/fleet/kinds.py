@@ -105,6 +105,7 @@ class Wanted:
     document: dict
     secrets_print: str = ""
     write: Any = None
+    notes: dict = field(default_factory=dict)  # for the plan, when it is created or changed
 
 
 def document(
@@ -455,7 +456,8 @@ class PipelineKind(Kind):
         try:
             resolved = schemas.resolve(obj.spec)
             bounded_json.check(resolved)
-            canonical = parse_spec(resolved, connections=ctx.connections).to_dict()
+            parsed = parse_spec(resolved, connections=ctx.connections)
+            canonical = parsed.to_dict()
         except SpecError as exc:
             for path, messages in exc.as_dict(spec_at).items():
                 problems.setdefault(path, []).extend(messages)
@@ -489,7 +491,9 @@ class PipelineKind(Kind):
             description=obj.description,
             deployment=shown,
         )
-        return Wanted(doc, write={"spec": canonical, **deployment})
+        checked = schemas.summary(parsed)
+        notes = {"schemas": checked} if checked else {}
+        return Wanted(doc, write={"spec": canonical, **deployment}, notes=notes)
 
     def write(self, obj: Object, wanted: Wanted, instance: Any, ctx: Context) -> Pipeline:
         spec_at, deployment_at = self.prefixes(obj)
