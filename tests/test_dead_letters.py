@@ -32,7 +32,9 @@ def letters(pipeline, sink_dsn):
     sink = PostgresStore({"conninfo": sink_dsn}, pipeline="orders", table="orders_dl_target")
     sink.ensure_tables([])
     with psycopg.connect(sink_dsn, autocommit=True) as conn:
-        conn.execute(f'DELETE FROM "{DEAD_LETTERS_TABLE}"')
+        # The sink database is shared by the suite's workers: only this fixture's letters
+        # (topic "orders"; real pipelines' topics are named uniquely) are its to clear.
+        conn.execute(f'DELETE FROM "{DEAD_LETTERS_TABLE}" WHERE topic = %s', ("orders",))
         rows = []
         for i in range(10):
             raw = f'{{"id": "x{i}", "amount": "many"}}'.encode()
@@ -77,10 +79,13 @@ def operator_api(django_user_model):
 
 
 def left(sink_dsn) -> list[tuple]:
+    """The fixture's letters left (topic "orders": other workers' pipelines, reading topics
+    of their own, may write letters into the shared table meanwhile)."""
     with psycopg.connect(sink_dsn) as conn:
         return conn.execute(
             f'SELECT pipeline, partition, "offset" FROM "{DEAD_LETTERS_TABLE}"'
-            ' ORDER BY pipeline, "offset"'
+            ' WHERE topic = %s ORDER BY pipeline, "offset"',
+            ("orders",),
         ).fetchall()
 
 

@@ -72,6 +72,10 @@ ENDPOINTS = {
     "run-heartbeat": ({"run_id": 1}, ["post"]),
     "run-progress": ({"run_id": 1}, ["post"]),
     "run-exit": ({"run_id": 1}, ["post"]),
+    "apply": ({}, ["post"]),
+    "export": ({}, ["get"]),
+    "fleet": ({}, ["get"]),
+    "fleet-schema": ({}, ["get"]),
 }
 # Drivers (and shared applications' supervisors) authenticate with their own token, people
 # and scripts with API tokens.
