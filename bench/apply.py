@@ -41,15 +41,11 @@ import argparse
 import json
 import logging
 import os
-import platform
-import socket
 import statistics
-import subprocess
 import sys
 import time
 import uuid
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -58,6 +54,8 @@ import requests
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.common import machine, serve_web_app  # noqa: E402
 
 FLEET = "bench"
 TEMPLATE = "bench-orders"
@@ -77,33 +75,6 @@ def delete_topic(bootstrap: str, topic: str) -> None:
         print(f"(could not delete topic {topic}: {exc})", file=sys.stderr)
     finally:
         admin.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def machine() -> dict:
-    def first(path: str, key: str) -> str | None:
-        try:
-            for line in Path(path).read_text().splitlines():
-                if line.startswith(key):
-                    return line.split(":", 1)[1].strip()
-        except OSError:
-            return None
-        return None
-
-    memory_kb = first("/proc/meminfo", "MemTotal")
-    return {
-        "host": socket.gethostname(),
-        "cpus": os.cpu_count(),
-        "cpu_model": first("/proc/cpuinfo", "model name"),
-        "memory_gb": round(int(memory_kb.split()[0]) / 1024**2, 1) if memory_kb else None,
-        "kernel": platform.release(),
-        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
-    }
 
 
 def sink_dsn_and_password(url: str) -> tuple[str, str | None]:
@@ -392,37 +363,7 @@ def main() -> int:
         user = get_user_model().objects.create_user("bench", password=uuid.uuid4().hex)
         set_role(user, ADMIN)  # the connections read secrets from the control plane
         _, key = ApiToken.issue(user, "bench")
-        port = free_port()
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "controlplane.wsgi",
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--worker-class",
-                "gthread",
-                "--workers",
-                "2",
-                "--threads",
-                "8",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                requests.get(f"{base}/api/", timeout=2)
-                break
-            except requests.RequestException:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.3)
+        server, base = serve_web_app(env)
 
         ensure_topic(bootstrap, topic, 1)
         topic_made = True

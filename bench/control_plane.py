@@ -28,7 +28,6 @@ import os
 import random
 import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -43,13 +42,9 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import serve_web_app  # noqa: E402
+
 SENDERS = 4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def progress(batch_id: int, topic: str, at: datetime, end: int) -> dict:
@@ -334,37 +329,7 @@ def main() -> int:
         user = get_user_model().objects.create_user("bench", password=uuid.uuid4().hex)
         set_role(user, EDITOR)
         _, key = ApiToken.issue(user, "bench")
-        port = free_port()
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "controlplane.wsgi",
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--worker-class",
-                "gthread",
-                "--workers",
-                "2",
-                "--threads",
-                "8",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                requests.get(f"{base}/api/", timeout=2)
-                break
-            except requests.RequestException:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.3)
+        server, base = serve_web_app(env)
 
         topic = f"bench-cp-{uuid.uuid4().hex[:8]}"
         ensure_topic(bootstrap, topic, 1)

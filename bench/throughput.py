@@ -45,9 +45,7 @@ import collections
 import json
 import logging
 import os
-import platform
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -55,12 +53,12 @@ import tempfile
 import threading
 import time
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import machine  # noqa: E402 (bench/state.py takes it from here)
 from jobs import jvm  # noqa: E402
 from jobs.batch import Batch, for_jvm  # noqa: E402
 from jobs.loadgen import produce  # noqa: E402
@@ -110,27 +108,6 @@ def bench_session(master: str, conf: dict[str, str] | None = None):
         .config(map=jvm.driver_conf())
         .getOrCreate()
     )
-
-
-def machine() -> dict:
-    def first(path: str, key: str) -> str | None:
-        try:
-            for line in Path(path).read_text().splitlines():
-                if line.startswith(key):
-                    return line.split(":", 1)[1].strip()
-        except OSError:
-            return None
-        return None
-
-    memory_kb = first("/proc/meminfo", "MemTotal")
-    return {
-        "host": socket.gethostname(),
-        "cpus": os.cpu_count(),
-        "cpu_model": first("/proc/cpuinfo", "model name"),
-        "memory_gb": round(int(memory_kb.split()[0]) / 1024**2, 1) if memory_kb else None,
-        "kernel": platform.release(),
-        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
-    }
 
 
 def _stat(pid: int) -> list[str] | None:

@@ -160,6 +160,17 @@ def _problems(errors: Any, prefix: str, *, at: dict[str, str] | None = None) -> 
     return out
 
 
+def _validated(serializer_class, instance: Any, data: dict) -> tuple[Any, dict]:
+    """(the serializer, its validated data) of the API's own serializer for `data`; raises
+    Refused with its errors at the document's paths (its fields under spec, but the
+    document's own name and description)."""
+    serializer = serializer_class(instance=instance, data=data)
+    if not serializer.is_valid():
+        at = {"name": "name", "description": "description"}
+        raise Refused(_problems(serializer.errors, "spec.", at=at))
+    return serializer, serializer.validated_data
+
+
 def _only(spec: dict, allowed: tuple[str, ...], kind: str) -> None:
     extra = sorted(set(spec) - set(allowed), key=str)
     if extra:
@@ -302,16 +313,7 @@ class ConnectionKind(Kind):
             "settings": obj.spec.get("settings", {}),
             "secrets": submitted,
         }
-        serializer = ConnectionSerializer(instance=instance, data=data)
-        if not serializer.is_valid():
-            raise Refused(
-                _problems(
-                    serializer.errors,
-                    "spec.",
-                    at={"name": "name", "description": "description"},
-                )
-            )
-        cleaned = serializer.validated_data
+        serializer, cleaned = _validated(ConnectionSerializer, instance, data)
         kept = {k: v for k, v in (cleaned.get("secrets") or {}).items() if v is not None}
         smuggled = sorted(set(kept) - set(given))
         if smuggled:  # e.g. a DSN's password, which the API moves into the secrets
@@ -372,16 +374,8 @@ class ApplicationKind(Kind):
         _no_labels(obj)
         _only(obj.spec, self.fields, self.kind)
         data = {**self._defaults(), **obj.spec, "name": obj.name, "description": obj.description}
-        serializer = ApplicationSerializer(instance=instance, data=data)
-        if not serializer.is_valid():
-            raise Refused(
-                _problems(
-                    serializer.errors,
-                    "spec.",
-                    at={"name": "name", "description": "description"},
-                )
-            )
-        cleaned = {**self._defaults(), **serializer.validated_data}
+        _, validated = _validated(ApplicationSerializer, instance, data)
+        cleaned = {**self._defaults(), **validated}
         spec = {f: cleaned[f] for f in self.fields}
         definition = {**spec, "description": cleaned.get("description", "")}
         return Wanted(
@@ -638,10 +632,7 @@ class ChannelKind(Kind):
                 }
             )
         data = {"name": obj.name, "kind": kind, "target": target, "signing_key": key}
-        serializer = AlertChannelSerializer(instance=instance, data=data)
-        if not serializer.is_valid():
-            raise Refused(_problems(serializer.errors, "spec.", at={"name": "name"}))
-        cleaned = serializer.validated_data
+        serializer, cleaned = _validated(AlertChannelSerializer, instance, data)
         shown = cleaned["target"] if kind in MAILED else targets.mask(cleaned["target"], kind)
         spec = _with_refs({"kind": kind, "target": shown}, self.refs(obj))
         url = "" if kind in MAILED else cleaned["target"]
@@ -712,10 +703,8 @@ class RuleKind(Kind):
         if obj.description:
             raise Refused({"description": ["an AlertRule has no description"]})
         data = {**self._defaults, **obj.spec, "name": obj.name}
-        serializer = AlertRuleSerializer(instance=instance, data=data)
-        if not serializer.is_valid():
-            raise Refused(_problems(serializer.errors, "spec.", at={"name": "name"}))
-        cleaned = {**self._defaults, **serializer.validated_data}
+        serializer, validated = _validated(AlertRuleSerializer, instance, data)
+        cleaned = {**self._defaults, **validated}
         cleaned["pipeline"] = cleaned["pipeline"].name if cleaned["pipeline"] else None
         cleaned["channels"] = [c.name for c in cleaned["channels"]]
         return Wanted(document(self.kind, obj.name, self._spec(cleaned)), write=serializer)
