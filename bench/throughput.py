@@ -32,7 +32,12 @@ driver's Python side and the ceilings' tools, and everything else on the machine
 and as the rate that CPU alone would allow; the Spark JVM's CPU by thread (executor tasks, GC,
 JIT...); what the executor threads running tasks were doing, sampled from /proc (running,
 waiting for Kafka in epoll, blocked on Postgres' socket, no task in the slot); the batch
-phases from query.recentProgress (durationMs). Unless --no-profile, the postgres path runs
+phases from query.recentProgress (durationMs). The peer (unless --no-flink): Apache Flink 2.0
+(bench/flink, built by Maven from Maven Central on first use) in a local MiniCluster with
+Spark's parallelism, reading the same topic, Jackson into a POJO, into its discarding sink
+(flink_noop), the JDBC connector's exactly-once XA sink (flink_jdbc_xa) and its at-least-once
+sink (flink_jdbc), in the same rounds; each run warms up once in its JVM, then is measured from
+its first record to the job's end, with its JVM's CPU. Unless --no-profile, the postgres path runs
 once more under Java Flight Recorder, summarised by what the Spark JVM's samples were doing.
 The last line is one JSON object with every figure, also written to
 bench/results/throughput.json.
@@ -42,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
 import logging
 import os
@@ -54,6 +60,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -87,6 +94,12 @@ SPARK_KAFKA, PYTHON = "spark-kafka", "python"
 TARGET_EVENTS_PER_S = 250_000
 TARGETS = {"postgres_to_noop": 0.9, "postgres_transform_to_noop": 0.85}
 KAFKA_FIGURE = "ConsumerPerformance fetch.nMsg.sec (JVM start and group join excluded)"
+# The peer (bench/flink): Apache Flink in a local MiniCluster with Spark's parallelism, on the
+# same topic, into a discarding sink and the JDBC connector's sinks (issue #37's targets).
+FLINK_DIR = ROOT / "bench" / "flink"
+FLINK_PATHS = {"flink_noop": "noop", "flink_jdbc_xa": "jdbc-xa", "flink_jdbc": "jdbc"}
+FLINK_TARGETS = {"postgres_to_flink_noop": 1.0, "postgres_to_flink_jdbc_xa": 2.0}
+NOOP_JVM_US_TARGET = 4.5  # the no-op path's Spark JVM CPU per event (0.6x of 7.5 us)
 KAFKA_LIBS = ROOT / "var" / "kafka" / "libs"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -585,6 +598,65 @@ def _connect(dsn: str):
     return psycopg.connect(dsn, autocommit=True)
 
 
+def flink_classpath() -> str:
+    """The peer's class path (bench/flink, Flink from Maven Central): built by Maven, again
+    only when its POM or sources change."""
+    sources = [FLINK_DIR / "pom.xml", *sorted((FLINK_DIR / "src").rglob("*.java"))]
+    stamp = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
+    target = FLINK_DIR / "target"
+    listed, stamp_file, jar = (
+        target / "classpath.txt",
+        target / "stamp",
+        target / "flink-peer-1.jar",
+    )
+    fresh = stamp_file.exists() and stamp_file.read_text() == stamp
+    if not (fresh and listed.exists() and jar.exists()):
+        maven = ["mvn", "-q", "-B", "-f", str(FLINK_DIR / "pom.xml")]
+        subprocess.run([*maven, "package", "-DskipTests"], check=True, timeout=1800)
+        subprocess.run(
+            [*maven, "dependency:build-classpath", f"-Dmdep.outputFile={listed}"],
+            check=True,
+            timeout=1800,
+        )
+        stamp_file.write_text(stamp)
+    return f"{jar}:{listed.read_text().strip()}"
+
+
+def flink_peer(
+    classpath: str,
+    mode: str,
+    bootstrap: str,
+    topic: str,
+    expected: int,
+    parallelism: int,
+    sink_dsn: str | None = None,
+    table: str | None = None,
+) -> dict:
+    """One run of the peer (a warm-up pass, then the measured one, in one JVM): its events,
+    seconds (first record parsed to the job's end) and JVM CPU seconds over that window."""
+    command = [
+        "java", "-cp", classpath, "controlplane.bench.FlinkPeer", mode, bootstrap, topic,
+        str(expected), str(parallelism), "1",
+    ]  # fmt: skip
+    env = dict(os.environ)
+    if table is not None:
+        dsn = urlsplit(sink_dsn)
+        command += [
+            f"jdbc:postgresql://{dsn.hostname}:{dsn.port or 5432}{dsn.path}",
+            dsn.username,
+            table,
+        ]
+        env["FLINK_PEER_PASSWORD"] = dsn.password or ""  # never on its command line
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"flink {mode}: exit {done.returncode}: {done.stderr[-2000:]}")
+    result = json.loads(lines[-1])
+    if result["events"] != expected:
+        raise RuntimeError(f"flink {mode}: {result['events']} events read, {expected} expected")
+    return result
+
+
 def copy_table(sink_dsn: str) -> str:
     """A new table like the pipeline's target (the sink's DDL for the bench's schema)."""
     from jobs.sinks.postgres.store import Column, PostgresStore
@@ -813,6 +885,7 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument("--no-python", action="store_true", help="skip the Python reader's paths")
     parser.add_argument("--no-profile", action="store_true", help="skip the JFR profile run")
+    parser.add_argument("--no-flink", action="store_true", help="skip the Flink peer's paths")
     parser.add_argument(
         "--topic", help="read this topic as it is instead of producing a new one"
         " new ones: --events and --partitions must match what they hold (for trying settings)",
@@ -905,6 +978,8 @@ def main() -> int:
     task_states: dict[str, list[dict]] = collections.defaultdict(list)
     batches: dict[str, int] = {}
     kafka_details: list[dict] = []
+    flink_details: dict[str, list[dict]] = collections.defaultdict(list)
+    flink_cp = None if args.no_flink else flink_classpath()
     profile = None
 
     def pipeline(name: str, work: Path, record: bool = True) -> float:
@@ -965,6 +1040,21 @@ def main() -> int:
         def raw_figure() -> float:
             return raw_reader(bootstrap, topic, args.partitions, args.events)
 
+        def flink_figure(name: str):
+            def measure() -> float:
+                table = None
+                if FLINK_PATHS[name] != "noop":
+                    table = copy_table(sink_dsn)
+                    tables.append(table)
+                found = flink_peer(
+                    flink_cp, FLINK_PATHS[name], bootstrap, topic, args.events, workers,
+                    sink_dsn, table,
+                )  # fmt: skip
+                flink_details[name].append(found)
+                return found["events"] / found["seconds"]
+
+            return measure
+
         # Each round runs every path once; the order turns by one path each round, so no path
         # always runs first (after the ceilings' JVM, COPY's checkpoint...) or last.
         paths_ = [
@@ -976,6 +1066,8 @@ def main() -> int:
         ]
         if python_paths:
             paths_ += [("raw", raw_figure), ("python_noop", None), ("python_postgres", None)]
+        if not args.no_flink:
+            paths_ += [(name, flink_figure(name)) for name in FLINK_PATHS]
         for round_ in range(1, args.rounds + 1):
             turn = (round_ - 1) % len(paths_)
             for name, measure in paths_[turn:] + paths_[:turn]:
@@ -993,6 +1085,12 @@ def main() -> int:
                     f"; python reader: raw {f['raw']:,.0f}/s, noop {f['python_noop']:,.0f}/s,"
                     f" postgres {f['python_postgres']:,.0f}/s"
                     if python_paths
+                    else ""
+                )
+                + (
+                    f"; flink: noop {f['flink_noop']:,.0f}/s, jdbc_xa {f['flink_jdbc_xa']:,.0f}/s,"
+                    f" jdbc {f['flink_jdbc']:,.0f}/s"
+                    if not args.no_flink
                     else ""
                 )
                 + f"; load {os.getloadavg()[0]:.2f}",
@@ -1032,6 +1130,11 @@ def main() -> int:
         "postgres_to_kafka_ceiling": ratios("postgres", "kafka_ceiling"),
         "noop_to_kafka_ceiling": ratios("noop", "kafka_ceiling"),
     }
+    if not args.no_flink:
+        ratio["postgres_to_flink_noop"] = ratios("postgres", "flink_noop")
+        ratio["postgres_to_flink_jdbc_xa"] = ratios("postgres", "flink_jdbc_xa")
+        ratio["postgres_to_flink_jdbc"] = ratios("postgres", "flink_jdbc")
+        ratio["noop_to_flink_noop"] = ratios("noop", "flink_noop")
     if python_paths:
         ratio["python_postgres_to_python_noop"] = ratios("python_postgres", "python_noop")
         ratio["postgres_to_python_postgres"] = ratios("postgres", "python_postgres")
@@ -1085,6 +1188,9 @@ def main() -> int:
         ("raw", "kafka-python consumer (raw)"),
         ("python_noop", "python reader -> no-op sink"),
         ("python_postgres", "python reader -> Postgres, exactly once"),
+        ("flink_noop", f"Flink {workers} slots, Jackson POJO -> discard"),
+        ("flink_jdbc_xa", "Flink -> JDBC sink, exactly once (XA)"),
+        ("flink_jdbc", "Flink -> JDBC sink, at least once"),
     ]
     for key, label in labels:
         if key in med:
@@ -1110,10 +1216,14 @@ def main() -> int:
         ("python_postgres / python_noop", "python_postgres_to_python_noop", ""),
         ("postgres / python_postgres", "postgres_to_python_postgres",
          "(connector vs Python reader)"),
+        ("postgres / flink_noop", "postgres_to_flink_noop", ">= 1.0 (#37)"),
+        ("postgres / flink_jdbc_xa", "postgres_to_flink_jdbc_xa", ">= 2.0 (#37)"),
+        ("postgres / flink_jdbc", "postgres_to_flink_jdbc", ""),
+        ("noop / flink_noop", "noop_to_flink_noop", ""),
     ]  # fmt: skip
     for label, key, note in checks:
         if key in med_ratio:
-            target = TARGETS.get(key)
+            target = TARGETS.get(key, FLINK_TARGETS.get(key))
             verdict = (
                 "" if target is None else ("  met" if med_ratio[key] >= target else "  MISSED")
             )
@@ -1147,6 +1257,24 @@ def main() -> int:
             f"  {name:<20}"
             + "".join(f"{c[g]:>10.2f}" for g in (*cost_groups, "sum"))
             + f"  {c['cpu_bound_events_per_s']:>9,}/s"
+        )
+    jvm_us: dict[str, float] = {}
+    for name in ("noop", "postgres"):
+        if name in cpu_cost:
+            jvm_us[name] = cpu_cost[name]["spark"]
+    for name, runs in flink_details.items():
+        jvm_us[name] = round(median([r["jvm_cpu_seconds"] / r["events"] * 1e6 for r in runs]), 2)
+    if flink_details:
+        print()
+        print(
+            "JVM CPU microseconds per event (median of rounds): Spark's JVM (query start and"
+            " stop included), Flink's JVM from its first record to the job's end"
+        )
+        for name, value in jvm_us.items():
+            print(f"  {name:<20}{value:>8.2f}")
+        noop_met = jvm_us.get("noop", 1e9) <= NOOP_JVM_US_TARGET
+        print(
+            f"  target: Spark's no-op <= {NOOP_JVM_US_TARGET} us  {'met' if noop_met else 'MISSED'}"
         )
     print()
     print("the Spark JVM's CPU by thread, microseconds per event (median of rounds)")
@@ -1233,6 +1361,24 @@ def main() -> int:
             },
             "cpu_cores": {name: cores(name) for name in cpu},
             "cpu_us_per_event": cpu_cost,
+            "jvm_cpu_us_per_event": jvm_us,
+            "flink": {
+                "version": "2.0.2 (bench/flink/pom.xml)",
+                "parallelism": workers,
+                "runs": dict(flink_details),
+                "targets": {
+                    **FLINK_TARGETS,
+                    "noop_jvm_cpu_us_per_event": NOOP_JVM_US_TARGET,
+                    "met": {
+                        **{
+                            k: med_ratio[k] >= v for k, v in FLINK_TARGETS.items() if k in med_ratio
+                        },
+                        "noop_jvm_cpu_us_per_event": jvm_us.get("noop", 1e9) <= NOOP_JVM_US_TARGET,
+                    },
+                },
+            }
+            if flink_details
+            else None,
             "spark_cpu_us_per_event_by_thread": spark_threads,
             "task_slot_time": slot_time,
             "spark_cpu_us_per_event_rounds": {

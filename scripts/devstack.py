@@ -217,7 +217,10 @@ class Postgres(Service):
                 f"-c unix_socket_directories={self.data} -c max_connections=200 "
                 # A disposable development cluster: durability of the host's disk is not the
                 # point, and fsync dominates test time on small machines.
-                "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+                "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
+                # Two-phase commit, which Flink's exactly-once JDBC sink (XA) needs: the peer in
+                # bench/throughput.py. The control plane's own sinks do not use it.
+                "-c max_prepared_transactions=64"
             )
             self.logfile.parent.mkdir(parents=True, exist_ok=True)
             pg_log = self.data / "server.log"
