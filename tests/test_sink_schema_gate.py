@@ -32,17 +32,6 @@ V1 = (
 FIELD = "spec.sink.schema_registry"
 
 
-@pytest.fixture
-def registry_connection(api):
-    response = api.post(
-        "/api/connections/",
-        {"name": "registry", "kind": "schema-registry", "settings": {"url": registry_url()}},
-        format="json",
-    )
-    assert response.status_code == 201, response.json()
-    return response.json()
-
-
 def fresh_topic() -> str:
     """A sink topic no other test (or run of the tests) named: a subject of its own."""
     return f"gate-{uuid.uuid4().hex[:12]}"
