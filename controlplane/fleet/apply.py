@@ -30,7 +30,6 @@ from controlplane.accounts.roles import has_role
 from controlplane.definitions import preflight, services
 from controlplane.definitions.models import ManagedObject, Pipeline
 from controlplane.supervision import controls, tasks
-from jobs.spec import parse_spec
 
 from . import diff, documents, secrets
 from .drift import drift
@@ -204,10 +203,10 @@ def _follow_up(result: Result, ctx: Context, request: Request, *, user, now: dat
         notes = item.entry.notes
         report = None
         if request.preflight and mode != "off":
-            if item.connections & ctx.changed_connections:
+            if item.spec.connection_names() & ctx.changed_connections:
                 notes["preflight"] = {"skipped": "it names a connection this apply changes"}
             else:
-                report = preflight.run(parse_spec(item.spec, connections=ctx.connections))
+                report = preflight.run(item.spec)
                 notes["preflight"] = report.as_dict()
         if not item.restart or result.refused:
             continue

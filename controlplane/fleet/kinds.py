@@ -49,7 +49,7 @@ from controlplane.definitions.models import (
     RunState,
     SparkApplication,
 )
-from jobs.spec import SpecError, parse_spec
+from jobs.spec import PipelineSpec, SpecError, parse_spec
 
 from . import secrets
 from .documents import API_VERSION, Object
@@ -92,9 +92,8 @@ class FollowUp:
 
     entry: Any  # apply.Entry: its notes get the preflight and whether it restarted
     pipeline_id: int | None
-    spec: dict
+    spec: PipelineSpec
     restart: bool
-    connections: frozenset[str]
 
 
 @dataclass
@@ -550,15 +549,8 @@ class PipelineKind(Kind):
         if not changed and not running:
             return {}
         restart = running and ctx.restart
-        ctx.follow_ups.append(
-            FollowUp(
-                None,
-                after.pk,
-                after.spec,
-                restart,
-                frozenset(parse_spec(after.spec).connection_names()),
-            )
-        )
+        spec = parse_spec(after.spec, connections=ctx.connections)
+        ctx.follow_ups.append(FollowUp(None, after.pk, spec, restart))
         if before is None:
             return {}
         committed = Run.objects.filter(pipeline=after, last_batch_id__isnull=False).exists()
