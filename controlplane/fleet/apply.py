@@ -133,12 +133,15 @@ def run(request: Request, *, user, now: datetime) -> Result:
     """Plan (`dry_run`) or apply `request`'s files as fleet `request.fleet`. Raises Busy."""
     result = Result(request.fleet, request.dry_run)
     if not FLEET_NAME.fullmatch(request.fleet or ""):
-        result.errors.append(_error("", "", "fleet", "must be 1-63 lower-case letters, digits, -"))
+        problem = documents.DocumentError(
+            "", "", "fleet", "must be 1-63 lower-case letters, digits, -"
+        )
+        result.errors.append(problem.as_dict())
         return result
     try:
         objects = documents.read(request.files, environment=request.environment)
     except documents.DocumentsRefused as exc:
-        result.errors = [_error(e.file, e.where, e.path, e.message) for e in exc.errors]
+        result.errors = [e.as_dict() for e in exc.errors]
         return result
     source = {"fleet": request.fleet}
     if request.repository:
@@ -247,10 +250,6 @@ def _lock() -> None:
                 raise Busy("another apply is in progress; try again once it has finished") from None
             raise
         cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
-
-
-def _error(file: str, where: str, path: str, message: str) -> dict:
-    return {"file": file, "document": where, "path": path, "message": message}
 
 
 def _entry(obj: documents.Object) -> Entry:

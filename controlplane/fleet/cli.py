@@ -96,7 +96,7 @@ def lint(files: dict[str, str], environment: str | None) -> tuple[list[dict], li
     try:
         objects = documents.read(files, environment=environment)
     except documents.DocumentsRefused as exc:
-        return [_problem(e.file, e.where, e.path, e.message) for e in exc.errors], []
+        return [e.as_dict() for e in exc.errors], []
     errors: list[dict] = []
     warnings: list[dict] = []
     kinds = {o.name: o.spec.get("kind") for o in objects if o.kind == "Connection"}
@@ -112,7 +112,7 @@ def lint(files: dict[str, str], environment: str | None) -> tuple[list[dict], li
             continue
         where = obj.source.where(obj.kind, obj.name)
         for path, message, is_error in check(obj, context):
-            problem = _problem(obj.source.file, where, path, message)
+            problem = documents.DocumentError(obj.source.file, where, path, message).as_dict()
             (errors if is_error else warnings).append(problem)
     return errors, warnings
 
@@ -177,10 +177,6 @@ def _connections(spec: Any) -> set[str]:
         for value in spec:
             found |= _connections(value)
     return found
-
-
-def _problem(file: str, where: str, path: str, message: str) -> dict:
-    return {"file": file, "document": where, "path": path, "message": message}
 
 
 def _line(problem: dict) -> str:

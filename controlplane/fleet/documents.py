@@ -82,6 +82,15 @@ class DocumentError:
         inside = f": {self.path}" if self.path else ""
         return f"{self.file}: {self.where}{inside}: {self.message}"
 
+    def as_dict(self) -> dict:
+        """As the API and `cpfleet --json` give a problem."""
+        return {
+            "file": self.file,
+            "document": self.where,
+            "path": self.path,
+            "message": self.message,
+        }
+
 
 class DocumentsRefused(Exception):
     """The set has problems: every one of them, in `errors`."""
